@@ -1,0 +1,229 @@
+"""Rows to stored columns and back, with each run's messages stored once.
+
+A row's ``state_snapshot["messages"]`` is not stored with the row. The messages go to an append-only
+log beside the rows, keyed by ``(execution_id, log_id)``; the row keeps ``log_id`` and
+``message_count`` (the prefix it saw), and reading the row puts the prefix back. So a step costs its
+new messages plus a constant, not the whole conversation again.
+
+:class:`MessageLogs` decides, per conversation, which messages are new. It remembers the messages
+each log holds (the same objects the writer passed, so the prefix check is mostly identity
+comparisons done in C). A row whose messages do not extend the log it would join (a worker started
+afresh, a rewritten history) starts a new log: one full copy at the divergence, never per step.
+Backends share this module, so they store the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from ._errors import RowTooLarge
+from ._json import decode, encode
+from ._model import Checkpoint, PendingInterrupt, new_id
+
+__all__ = [
+    "DEFAULT_MAX_ROW_BYTES",
+    "LogAppend",
+    "MessageLogs",
+    "StoredRow",
+    "conversation_of",
+    "decode_row",
+    "encode_pending",
+]
+
+#: The documented limit on the new content of one row (snapshot without old messages, inputs, outputs).
+DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
+_MESSAGES = "messages"
+
+
+class StoredRow(NamedTuple):
+    """A row's column values, as every backend stores them (JSON columns as encoded bytes)."""
+
+    checkpoint_id: str
+    execution_id: str
+    seq: int
+    runner: str
+    node_id: str
+    step_index: int
+    step_type: str
+    status: str
+    state_snapshot: bytes
+    log_id: str | None
+    message_count: int
+    node_input: bytes
+    node_output: bytes
+    interrupt_reason: str | None
+    interrupt_context: bytes
+    agent_path: str | None
+    parent_checkpoint_id: str | None
+    created_at: datetime
+
+
+class LogAppend(NamedTuple):
+    """Messages to append to a log in the same transaction as their row: ``bodies[i]`` is at ``start + i``."""
+
+    execution_id: str
+    log_id: str
+    start: int
+    bodies: list[bytes]
+
+
+class _Log:
+    __slots__ = ("log_id", "messages")
+
+    def __init__(self, log_id: str, messages: list[Any]) -> None:
+        self.log_id = log_id
+        self.messages = messages
+
+
+def conversation_of(agent_path: str | None) -> str:
+    """The conversation a row belongs to: its agent path without a trailing ``/tool:<name>``."""
+    if not agent_path:
+        return ""
+    head, sep, tail = agent_path.rpartition("/")
+    if sep and tail.startswith("tool:"):
+        return head
+    if not sep and tail.startswith("tool:"):
+        return ""
+    return agent_path
+
+
+class MessageLogs:
+    """Per-store memory of which messages each conversation's log already holds.
+
+    Not thread-safe: a store calls :meth:`plan` and :meth:`forget` from its single writer.
+    ``capacity`` bounds how many conversations are remembered; a forgotten one is re-read through
+    the ``load`` callback the backend passes to :meth:`plan`.
+    """
+
+    def __init__(self, *, capacity: int = 4096, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> None:
+        self._logs: OrderedDict[tuple[str, str], _Log] = OrderedDict()
+        self._capacity = capacity
+        self.max_row_bytes = max_row_bytes
+
+    def known(self, execution_id: str, conversation: str) -> bool:
+        """Whether the log of this conversation is in memory (else the backend loads it first)."""
+        return (execution_id, conversation) in self._logs
+
+    def remember(self, execution_id: str, conversation: str, log_id: str, messages: list[Any]) -> None:
+        """Record what a log holds, as loaded from the database."""
+        key = (execution_id, conversation)
+        self._logs[key] = _Log(log_id, messages)
+        self._logs.move_to_end(key)
+        while len(self._logs) > self._capacity:
+            self._logs.popitem(last=False)
+
+    def forget(self, execution_id: str) -> None:
+        """Drop what is remembered of a run (after a failed write, a delete, or when it ends)."""
+        for key in [k for k in self._logs if k[0] == execution_id]:
+            del self._logs[key]
+
+    def plan(self, row: Checkpoint) -> tuple[StoredRow, LogAppend | None]:
+        """Encode ``row`` for storage and work out which messages are new.
+
+        Raises :class:`SerializationError` (with the path inside the row) or :class:`RowTooLarge`
+        before anything is written. The caller must :meth:`forget` the run if the write then fails.
+        """
+        snapshot = row.state_snapshot
+        messages = snapshot.get(_MESSAGES) if isinstance(snapshot, dict) else None
+        append: LogAppend | None = None
+        log_id: str | None = None
+        count = 0
+        if isinstance(messages, list | tuple):
+            messages = list(messages)
+            rest = {k: v for k, v in snapshot.items() if k != _MESSAGES}
+            log_id, start = self._place(row.execution_id, conversation_of(row.agent_path), messages)
+            count = len(messages)
+            bodies = [
+                encode(m, path=f"$.state_snapshot.messages[{i}]")
+                for i, m in enumerate(messages[start:], start)
+            ]
+            if bodies:
+                append = LogAppend(row.execution_id, log_id, start, bodies)
+        else:
+            rest = snapshot
+        stored = StoredRow(
+            checkpoint_id=row.checkpoint_id,
+            execution_id=row.execution_id,
+            seq=row.seq,
+            runner=row.runner,
+            node_id=row.node_id,
+            step_index=row.step_index,
+            step_type=row.step_type,
+            status=row.status,
+            state_snapshot=encode(rest, path="$.state_snapshot"),
+            log_id=log_id,
+            message_count=count,
+            node_input=encode(row.node_input, path="$.node_input"),
+            node_output=encode(row.node_output, path="$.node_output"),
+            interrupt_reason=row.interrupt_reason,
+            interrupt_context=encode(row.interrupt_context, path="$.interrupt_context"),
+            agent_path=row.agent_path,
+            parent_checkpoint_id=row.parent_checkpoint_id,
+            created_at=row.created_at,
+        )
+        size = (
+            len(stored.state_snapshot)
+            + len(stored.node_input)
+            + len(stored.node_output)
+            + len(stored.interrupt_context)
+            + (sum(map(len, append.bodies)) if append else 0)
+        )
+        if size > self.max_row_bytes:
+            self.forget(row.execution_id)
+            raise RowTooLarge(
+                f"row {row.node_id!r} of run {row.execution_id!r} adds {size} bytes, "
+                f"over the store's limit of {self.max_row_bytes}",
+                path="$",
+            )
+        return stored, append
+
+    def _place(self, execution_id: str, conversation: str, messages: list[Any]) -> tuple[str, int]:
+        key = (execution_id, conversation)
+        log = self._logs.get(key)
+        if log is not None:
+            known = log.messages
+            if len(messages) >= len(known) and messages[: len(known)] == known:
+                start = len(known)
+                known.extend(messages[start:])
+                self._logs.move_to_end(key)
+                return log.log_id, start
+            if len(messages) < len(known) and known[: len(messages)] == messages:
+                return log.log_id, len(messages)
+        log_id = new_id()
+        self.remember(execution_id, conversation, log_id, list(messages))
+        return log_id, 0
+
+
+def decode_row(
+    stored: StoredRow,
+    messages: list[Any] | None,
+) -> Checkpoint:
+    """Build a :class:`Checkpoint` from stored columns; ``messages`` is the log prefix the row saw."""
+    snapshot: dict[str, Any] = decode(stored.state_snapshot)
+    if stored.log_id is not None:
+        snapshot = {_MESSAGES: messages if messages is not None else [], **snapshot}
+    return Checkpoint(
+        checkpoint_id=stored.checkpoint_id,
+        execution_id=stored.execution_id,
+        seq=stored.seq,
+        runner=stored.runner,
+        node_id=stored.node_id,
+        step_index=stored.step_index,
+        step_type=stored.step_type,
+        status=stored.status,
+        state_snapshot=snapshot,
+        node_input=decode(stored.node_input),
+        node_output=decode(stored.node_output),
+        interrupt_reason=stored.interrupt_reason,
+        interrupt_context=decode(stored.interrupt_context),
+        agent_path=stored.agent_path,
+        parent_checkpoint_id=stored.parent_checkpoint_id,
+        created_at=stored.created_at,
+    )
+
+
+def encode_pending(pending: PendingInterrupt) -> bytes:
+    """The pending row's context as JSON (raises :class:`SerializationError` with its path)."""
+    return encode(pending.context, path="$.context")

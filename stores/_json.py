@@ -1,0 +1,97 @@
+"""The JSON rule: a value is stored only if it round-trips unchanged.
+
+Allowed: None, bool, int (fits in 64 bits), finite float, str without NUL, list, dict with str keys.
+Normalised on the way in (documented): tuples become lists, msgspec Structs and dataclasses become
+dicts. Anything else raises :class:`SerializationError` naming its path, before anything is written.
+
+The common case costs one msgspec encode, one decode and one C-level comparison; only a value that
+fails that round trip is walked in Python, to normalise it or to find the offending path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from ._errors import SerializationError
+
+__all__ = ["canonical_json", "decode", "encode", "normalize"]
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+_NUL_ESCAPE = b"\\u0000"
+# Nineteen digits in a row may be an integer wider than 64 bits (or just digits in a string): walk it.
+_MAYBE_WIDE_INT = re.compile(rb"\d{19}")
+
+_encoder = msgspec.json.Encoder()
+_canonical_encoder = msgspec.json.Encoder(order="sorted")
+_decoder = msgspec.json.Decoder()
+
+
+def encode(value: Any, *, path: str = "$", error: type[SerializationError] = SerializationError) -> bytes:
+    """Encode ``value`` as JSON bytes, or raise ``error`` naming the path that breaks the JSON rule."""
+    try:
+        data = _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return _encoder.encode(normalize(value, path=path, error=error))
+    if _NUL_ESCAPE not in data and _MAYBE_WIDE_INT.search(data) is None and _decoder.decode(data) == value:
+        return data
+    return _encoder.encode(normalize(value, path=path, error=error))
+
+
+def canonical_json(
+    value: Any, *, path: str = "$", error: type[SerializationError] = SerializationError
+) -> bytes:
+    """Encode ``value`` with sorted keys: equal values give equal bytes (used for cache keys)."""
+    return _canonical_encoder.encode(normalize(value, path=path, error=error))
+
+
+def decode(data: bytes | str) -> Any:
+    """Decode JSON produced by :func:`encode`."""
+    return _decoder.decode(data)
+
+
+def normalize(value: Any, *, path: str = "$", error: type[SerializationError] = SerializationError) -> Any:
+    """Return ``value`` with tuples, Structs and dataclasses turned into lists and dicts.
+
+    Raises ``error`` (a :class:`SerializationError`) with the path of the first value that breaks the rule.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise error("a string contains a NUL character, which JSON stores cannot keep", path=path)
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise error(f"integer {value} does not fit in 64 bits", path=path)
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise error(f"float {value!r} is not finite; JSON has no NaN or infinity", path=path)
+        return float(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise error(f"dict key {key!r} is a {type(key).__name__}, not a str", path=path)
+            out[key] = normalize(item, path=_child(path, key), error=error)
+        return out
+    if isinstance(value, list | tuple):
+        return [normalize(item, path=f"{path}[{i}]", error=error) for i, item in enumerate(value)]
+    if isinstance(value, msgspec.Struct):
+        return normalize(msgspec.structs.asdict(value), path=path, error=error)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return normalize(fields, path=path, error=error)
+    raise error(f"a value of type {type(value).__name__} is not JSON", path=path)
+
+
+def _child(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{key!r}]"

@@ -1,0 +1,109 @@
+"""The rows a run writes: :class:`Checkpoint` and :class:`PendingInterrupt`, and the row grammar's names."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+__all__ = [
+    "BOOKKEEPING_STEPS",
+    "Cached",
+    "Checkpoint",
+    "PendingInterrupt",
+    "ReEntry",
+    "new_id",
+    "utcnow",
+]
+
+# step_type values of the row grammar (DESIGN.md, "The row grammar").
+LLM_CALL: Final = "llm_call"
+TOOL_CALL: Final = "tool_call"
+HITL_PAUSE: Final = "hitl_pause"
+RESUME: Final = "resume"
+RECOVER: Final = "recover"
+HANDOFF: Final = "handoff"
+FORK_ORIGIN: Final = "fork_origin"
+RUN_END: Final = "run_end"
+
+#: Rows that record a decision about the run rather than a step of it; re-entry reads through them.
+BOOKKEEPING_STEPS: Final = frozenset({RESUME, RECOVER})
+
+# status values.
+COMPLETED: Final = "completed"
+INTERRUPTED: Final = "interrupted"
+FAILED: Final = "failed"
+STATUSES: Final = frozenset({COMPLETED, INTERRUPTED, FAILED})
+
+#: Key in a ``resume``/``recover`` row's ``node_input`` naming the ``seq`` of the row it re-enters.
+REENTRY_SEQ: Final = "reentry_seq"
+#: Key in a ``resume`` row's ``node_input`` holding the claimed ``Resume`` as a dict.
+RESUME_KEY: Final = "resume"
+
+
+def new_id() -> str:
+    """A fresh, globally unique id (uuid4 hex)."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class Checkpoint(msgspec.Struct, kw_only=True):
+    """One row of a run's log, written before the step it names.
+
+    Rows of a run are ordered by ``seq`` (unique per ``execution_id``), never by ``created_at``.
+    ``state_snapshot["messages"]``, when present, is stored once in the run's message log and
+    materialised on read.
+    """
+
+    execution_id: str
+    seq: int
+    runner: str
+    node_id: str
+    step_index: int = 0
+    step_type: str = LLM_CALL
+    status: str = COMPLETED
+    state_snapshot: dict[str, Any] = {}
+    node_input: dict[str, Any] = {}
+    node_output: dict[str, Any] = {}
+    interrupt_reason: str | None = None
+    interrupt_context: dict[str, Any] = {}
+    agent_path: str | None = None
+    parent_checkpoint_id: str | None = None
+    checkpoint_id: str = msgspec.field(default_factory=new_id)
+    created_at: datetime = msgspec.field(default_factory=utcnow)
+
+
+class PendingInterrupt(msgspec.Struct, kw_only=True):
+    """A paused run waiting for a human: at most one per ``execution_id``."""
+
+    execution_id: str
+    reason: str
+    context: dict[str, Any] = {}
+    node_id: str = ""
+    agent_path: str | None = None
+    created_at: datetime = msgspec.field(default_factory=utcnow)
+
+
+class ReEntry(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a resume or a crash recovery re-enters a run.
+
+    ``step`` is the step row to re-enter (bookkeeping rows read through), ``newest`` the newest row
+    of the run (the next row takes ``newest.seq + 1``), and ``resume`` the claimed decision found on
+    the way, if a ``resume`` row names the step.
+    """
+
+    step: Checkpoint
+    newest: Checkpoint
+    resume: dict[str, Any] | None = None
+
+
+class Cached(msgspec.Struct, frozen=True):
+    """An idempotency-cache hit; ``value`` may itself be ``None``."""
+
+    value: Any

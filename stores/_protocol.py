@@ -1,0 +1,107 @@
+"""The async store contract: :class:`Store`, and the optional outbox surface :class:`ReplicatedStore`.
+
+They are separate protocols so that a third-party store without an outbox still works; it simply
+does not replicate (``isinstance(store, ReplicatedStore)`` is how the replicator tells).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from ._model import Cached, Checkpoint, PendingInterrupt, ReEntry
+
+__all__ = ["ReplicatedStore", "Store"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where a run's rows live. Every method is async and never blocks the event loop.
+
+    Rows of one run are ordered by ``seq``; ``(execution_id, seq)`` and ``checkpoint_id`` are unique.
+    """
+
+    async def setup(self) -> None:
+        """Create or migrate the schema (idempotent, safe when processes race; refuses newer schemas)."""
+
+    async def close(self) -> None:
+        """Release connections, threads and ownership locks."""
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row`` at its ``seq``.
+
+        ``seq`` 0 on a run that has rows raises ``RunExists``; a taken ``seq`` or ``checkpoint_id``
+        raises ``WriteConflict``, leaving the stored row untouched. A ``run_end`` row also deletes
+        the run's pending interrupt in the same transaction (this is how cancel works).
+        """
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        """Append the interrupted ``hitl_pause`` row and the pending row in one transaction."""
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        """Claim a pause: delete the pending row and append the ``resume`` row, in one transaction.
+
+        Exactly one of many racing claimers wins; the others get ``AlreadyResumed`` (or
+        ``WriteConflict`` when their ``seq`` was taken). An unknown run raises ``RunNotFound``.
+        """
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        """The newest row of the run by ``seq``, or ``None`` when it has none."""
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        """Where a resume re-enters: refuses a completed ``run_end`` with ``AlreadyResumed``, steps
+        over failed ones, reads through ``resume``/``recover`` rows. ``RunNotFound`` for no rows."""
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        """The row a fork starts from: the named one (a ``run_end`` marker raises ``CheckpointError``),
+        or the newest step. ``RunNotFound`` when the run or the checkpoint does not exist."""
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """One row by id (both keys must match)."""
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row of the run in ``seq`` order."""
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one."""
+
+    async def delete_run(self, execution_id: str) -> int:
+        """Delete a run's rows, messages, pending row and cache in one transaction; returns rows deleted."""
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete what is older than the cutoff (rule 10 of the design); returns checkpoint rows deleted."""
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        """The idempotency cache entry for ``(execution_id, key)``, if any."""
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        """Insert the entry if absent and return the stored value (the first writer's wins)."""
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take the run's ownership lock; ``False`` if held by anyone else (another process, or another
+        holder in this one). The lock is released by :meth:`unlock` or when the holder process dies."""
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's ownership lock if this store holds it."""
+
+
+@runtime_checkable
+class ReplicatedStore(Protocol):
+    """The optional outbox surface used by the replicator."""
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        """Rows not yet shipped, oldest write first."""
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        """Mark rows shipped (idempotent; an empty request is a no-op)."""
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of a row, or ``None`` if there is no such row."""
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        """Insert rows restored from the plane as already synced; existing ids are skipped. Returns
+        how many were inserted."""
