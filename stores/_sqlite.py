@@ -1,9 +1,1029 @@
-"""Placeholder: being written (replaced before this lands)."""
+"""The embedded store: SQLite in WAL mode through aiosqlite, with group commit.
+
+How a write works. A caller encodes its row on the event loop (:meth:`MessageLogs.plan`, so a
+:class:`SerializationError` or :class:`RowTooLarge` is raised before anything is queued), then puts
+one operation on the write queue and awaits its own future. One drain task takes everything queued
+and runs it on the writer connection's thread in ONE hop: ``BEGIN IMMEDIATE``, a ``SAVEPOINT`` per
+operation (an operation that fails rolls back only itself and gets its own exception), one
+``COMMIT``. While that hop runs, new operations queue up and share the next commit.
+
+One hop per transaction: aiosqlite has no public "run this function on the connection thread", but
+its ``Connection._execute(fn)`` does exactly that (it is how every aiosqlite method is built, and has
+been since its first release), so :func:`_hop` calls it. We build the ``aiosqlite.Connection`` with
+our own connector, so we hold the ``sqlite3.Connection`` the thread uses. Reads use a second
+connection (WAL readers never block the writer) and are one hop per method too, each in one read
+transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
+never suspend, so the coroutine is driven to completion synchronously (:func:`_run_sync`).
+
+The ownership lock is a Linux open-file-description lock on one byte per run of ``<path>.locks``.
+``open`` and a non-blocking ``fcntl`` on a local file take microseconds, so they run on the loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import fcntl
+import functools
+import hashlib
+import os
+import sqlite3
+import struct
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+
+import aiosqlite
+import anyio
+
+from ._codec import (
+    DEFAULT_MAX_ROW_BYTES,
+    LogAppend,
+    MessageLogs,
+    StoredRow,
+    conversation_of,
+    decode_row,
+    encode_pending,
+)
+from ._errors import (
+    AlreadyResumed,
+    IncompatibleSchema,
+    RunExists,
+    RunNotFound,
+    StoreUnavailable,
+    TetherError,
+    WriteConflict,
+)
+from ._json import decode, encode
+from ._model import COMPLETED, RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from ._reentry import resolve_forkable, resolve_reentry
+
 __all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS checkpoints (
+            id INTEGER PRIMARY KEY,
+            checkpoint_id TEXT NOT NULL UNIQUE,
+            execution_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            runner TEXT NOT NULL,
+            node_id TEXT NOT NULL,
+            step_index INTEGER NOT NULL,
+            step_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            state_snapshot BLOB NOT NULL,
+            log_id TEXT,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            node_input BLOB NOT NULL,
+            node_output BLOB NOT NULL,
+            interrupt_reason TEXT,
+            interrupt_context BLOB NOT NULL,
+            agent_path TEXT,
+            parent_checkpoint_id TEXT,
+            created_at TEXT NOT NULL,
+            synced INTEGER NOT NULL DEFAULT 0,
+            sync_error TEXT,
+            UNIQUE (execution_id, seq)
+        )""",
+        "CREATE INDEX IF NOT EXISTS checkpoints_unsynced ON checkpoints (id) WHERE synced = 0",
+        "CREATE INDEX IF NOT EXISTS checkpoints_created ON checkpoints (created_at)",
+        """CREATE TABLE IF NOT EXISTS messages (
+            execution_id TEXT NOT NULL,
+            log_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY (execution_id, log_id, idx)
+        )""",
+        """CREATE TABLE IF NOT EXISTS pending_interrupts (
+            execution_id TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            context BLOB NOT NULL,
+            node_id TEXT NOT NULL,
+            agent_path TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS idempotency_cache (
+            execution_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (execution_id, key)
+        )""",
+    ),
+}
+
+_ROW_COLUMNS: Final = (
+    "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
+    "log_id, message_count, node_input, node_output, interrupt_reason, interrupt_context, agent_path, "
+    "parent_checkpoint_id, created_at"
+)
+_INSERT_ROW: Final = f"INSERT INTO checkpoints ({_ROW_COLUMNS}, synced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_PENDING_COLUMNS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_MAX_BATCH: Final = 512
+_CLOSE_TIMEOUT: Final = 10.0
+_F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
+_FLOCK: Final = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
+
+# Ownership locks held in this process, by (lock file, execution_id): a second holder is refused
+# even when it uses another SQLiteStore instance on the same file.
+_held: set[tuple[str, str]] = set()
+_held_guard = threading.Lock()
+
+
+class _LogGap(Exception):
+    """The message log in the database is not what the plan assumed; the caller re-plans."""
+
+
+def _ts(value: datetime) -> str:
+    """A fixed-width, sortable UTC timestamp (naive datetimes are taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _dt(value: str) -> datetime:
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def _retry_busy(fn: Callable[[], T], deadline: float) -> T:
+    """Run ``fn``, retrying SQLITE_BUSY with bounded backoff until ``deadline`` (monotonic)."""
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Drive a coroutine that never suspends (its awaits are plain functions) to its result."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    coro.close()
+    raise RuntimeError("a store read suspended inside a database thread")
+
+
+async def _hop(conn: aiosqlite.Connection, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the connection's thread: one thread hop (see the module docstring)."""
+    execute: Callable[[Callable[[], T]], Awaitable[T]] = conn._execute
+    return await execute(fn)
+
+
+class _Op:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any]) -> None:
+        self.fn = fn
+        self.future = future
 
 
 class SQLiteStore:
-    """Placeholder."""
+    """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
+
+    ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
+    long a write waits for another process's transaction; lock errors never reach callers.
+    ``max_row_bytes`` limits a row's new content (:class:`RowTooLarge` above it). Several processes
+    may share one file. :attr:`transactions` counts write transactions (group commit shares them).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "tether.db",
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, not {synchronous!r}")
+        self.path = os.fspath(path)
+        self.lock_path = self.path + ".locks"
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._logs = MessageLogs(max_row_bytes=max_row_bytes)
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._ready = False
+        self._closed = False
+        self._setup_lock = asyncio.Lock()
+        self._queue: list[_Op] = []
+        self._drain: asyncio.Task[None] | None = None
+        self._locks: dict[str, int] = {}
+        self._lock_key = os.path.realpath(self.lock_path)
+        self.transactions = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup(self) -> None:
+        """Open both connections and migrate the schema (idempotent, safe across processes)."""
+        if self._ready:
+            return
+        async with self._setup_lock:
+            if self._ready:
+                return
+            if self._closed:
+                raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+            try:
+                self._writer = await self._open(writer=True)
+                await _hop(self._writer, self._migrate)
+                self._reader = await self._open(writer=False)
+            except BaseException:
+                await self._close_connections()
+                raise
+            self._ready = True
+
+    async def close(self) -> None:
+        """Finish queued writes, stop the threads and release every ownership lock (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+            if self._drain is not None:
+                await asyncio.wait({self._drain})
+            await self._close_connections()
+        self._release_all()
+        self._ready = False
+
+    async def _close_connections(self) -> None:
+        for conn in (self._writer, self._reader):
+            if conn is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                    await conn.close()
+        self._writer = self._reader = None
+        self._wconn = self._rconn = None
+
+    async def _open(self, *, writer: bool) -> aiosqlite.Connection:
+        holder: list[sqlite3.Connection] = []
+
+        def connector() -> sqlite3.Connection:
+            conn = self._connect(writer=writer)
+            holder.append(conn)
+            return conn
+
+        conn = aiosqlite.Connection(connector, iter_chunk_size=64)
+        await conn
+        if writer:
+            self._wconn = holder[0]
+        else:
+            self._rconn = holder[0]
+        return conn
+
+    def _connect(self, *, writer: bool) -> sqlite3.Connection:
+        """Open a connection with the store's settings (runs on the connection's thread)."""
+        path = self.path
+        try:
+            if writer:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    head = os.pread(fd, len(_SQLITE_MAGIC), 0)
+                finally:
+                    os.close(fd)
+                if head and head != _SQLITE_MAGIC[: len(head)]:
+                    raise StoreUnavailable(f"{path!r} is not a SQLite database")
+            conn = sqlite3.connect(
+                path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+        try:
+            deadline = time.monotonic() + self._busy_timeout
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            if writer:
+                mode = _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), deadline)
+                if mode is None or str(mode[0]).lower() != "wal":
+                    raise StoreUnavailable(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            if not writer:
+                conn.execute("PRAGMA query_only = 1")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _migrate(self) -> None:
+        """Apply missing migrations under ``BEGIN IMMEDIATE``, re-reading the version inside."""
+        conn = self._w()
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
+            self._begin(conn)
+            try:
+                version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                if version > SCHEMA_VERSION:
+                    raise IncompatibleSchema(
+                        f"{self.path!r} was written by tether schema version {version}; this tether "
+                        f"understands up to version {SCHEMA_VERSION}: upgrade tether"
+                    )
+                for target in sorted(v for v in _MIGRATIONS if v > version):
+                    for statement in _MIGRATIONS[target]:
+                        conn.execute(statement)
+                if version < SCHEMA_VERSION:
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self._commit(conn)
+            except BaseException:
+                conn.rollback()
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(f"cannot use the SQLite database {self.path!r}: {exc}") from exc
+
+    def _w(self) -> sqlite3.Connection:
+        if self._wconn is None:
+            raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+        return self._wconn
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        deadline = time.monotonic() + self._busy_timeout * 2
+        try:
+            _retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), deadline)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"{self.path!r} stayed locked by another writer: {exc}") from exc
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        deadline = time.monotonic() + self._busy_timeout * 2
+        _retry_busy(lambda: conn.execute("COMMIT"), deadline)
+
+    async def _ensure(self) -> None:
+        if not self._ready:
+            await self.setup()
+
+    # ------------------------------------------------------------------ the writer (group commit)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue ``fn`` for the next write transaction and wait for its own outcome."""
+        await self._ensure()
+        if self._closed:
+            raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.append(_Op(fn, future))
+        if self._drain is None:
+            self._drain = loop.create_task(self._drain_queue())
+        return await future
+
+    async def _drain_queue(self) -> None:
+        """Commit whatever is queued, batch after batch, until the queue is empty."""
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                fns = [op.fn for op in batch]
+                try:
+                    writer = self._writer
+                    if writer is None:
+                        raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+                    outcomes = await _hop(writer, functools.partial(self._run_batch, fns))
+                except BaseException as exc:
+                    for op in batch:
+                        if not op.future.done():
+                            op.future.set_exception(
+                                exc if isinstance(exc, Exception) else StoreUnavailable(str(exc))
+                            )
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for op, (ok, value) in zip(batch, outcomes, strict=True):
+                    if op.future.done():
+                        continue
+                    if ok:
+                        op.future.set_result(value)
+                    else:
+                        op.future.set_exception(value)
+        finally:
+            self._drain = None
+            stranded, self._queue = self._queue, []  # only when the drain itself was cancelled
+            for op in stranded:
+                if not op.future.done():
+                    op.future.set_exception(StoreUnavailable(f"the writer of {self.path!r} stopped"))
+
+    def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+        """One write transaction: a savepoint per operation, one commit (runs on the writer thread)."""
+        conn = self._w()
+        self._begin(conn)
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            if len(fns) == 1:
+                try:
+                    outcomes.append((True, fns[0](conn)))
+                except Exception as exc:
+                    conn.rollback()
+                    return [(False, exc)]
+            else:
+                for fn in fns:
+                    conn.execute("SAVEPOINT op")
+                    try:
+                        value = fn(conn)
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO op")
+                        conn.execute("RELEASE op")
+                        outcomes.append((False, exc))
+                    else:
+                        conn.execute("RELEASE op")
+                        outcomes.append((True, value))
+            self._commit(conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        self.transactions += 1
+        return outcomes
+
+    # ------------------------------------------------------------------ reads (one hop each)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction on the reader thread."""
+        await self._ensure()
+        reader, conn = self._reader, self._rconn
+        if reader is None or conn is None:
+            raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+
+        def run() -> T:
+            deadline = time.monotonic() + self._busy_timeout * 2
+            _retry_busy(lambda: conn.execute("BEGIN"), deadline)
+            try:
+                return fn(conn)
+            finally:
+                conn.rollback()
+
+        try:
+            return await _hop(reader, run)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"cannot read {self.path!r}: {exc}") from exc
+
+    # ------------------------------------------------------------------ writes
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
+        await self._planned_write(row, lambda stored, log: lambda c: self._insert(c, stored, log))
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        """Append the interrupted row and the pending row in one transaction."""
+        context = encode_pending(pending)
+        values = (
+            pending.execution_id,
+            pending.reason,
+            context,
+            pending.node_id,
+            pending.agent_path,
+            _ts(pending.created_at),
+        )
+
+        def op(stored: StoredRow, log: LogAppend | None) -> Callable[[sqlite3.Connection], None]:
+            def run(conn: sqlite3.Connection) -> None:
+                self._insert(conn, stored, log)
+                try:
+                    conn.execute(
+                        f"INSERT INTO pending_interrupts ({_PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                        values,
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise WriteConflict(
+                        f"run {pending.execution_id!r} already has a pending interrupt"
+                    ) from exc
+
+            return run
+
+        await self._planned_write(row, op)
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        """Claim the run's pause: delete its pending row and append ``row``, in one transaction."""
+        eid = row.execution_id
+
+        def probe(conn: sqlite3.Connection) -> tuple[bool, bool]:
+            has_pending = conn.execute(
+                "SELECT 1 FROM pending_interrupts WHERE execution_id = ?", (eid,)
+            ).fetchone()
+            has_rows = conn.execute(
+                "SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)
+            ).fetchone()
+            return has_pending is not None, has_rows is not None
+
+        has_pending, has_rows = await self._read(probe)
+        if not has_pending:
+            raise self._no_pause(eid, has_rows)
+
+        def op(stored: StoredRow, log: LogAppend | None) -> Callable[[sqlite3.Connection], PendingInterrupt]:
+            def run(conn: sqlite3.Connection) -> PendingInterrupt:
+                found = conn.execute(
+                    f"DELETE FROM pending_interrupts WHERE execution_id = ? RETURNING {_PENDING_COLUMNS}",
+                    (eid,),
+                ).fetchone()
+                if found is None:
+                    rows = conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,))
+                    raise self._no_pause(eid, rows.fetchone() is not None)
+                self._insert(conn, stored, log)
+                return _pending(found)
+
+            return run
+
+        return await self._planned_write(row, op)
+
+    @staticmethod
+    def _no_pause(execution_id: str, has_rows: bool) -> Exception:
+        if not has_rows:
+            return RunNotFound(f"run {execution_id!r} has no checkpoints")
+        return AlreadyResumed(
+            f"run {execution_id!r} has no pending interrupt to claim: another resumer claimed it, "
+            "or the run is not paused"
+        )
+
+    async def _planned_write(
+        self,
+        row: Checkpoint,
+        make: Callable[[StoredRow, LogAppend | None], Callable[[sqlite3.Connection], T]],
+    ) -> T:
+        """Plan ``row`` on the loop, then write it; re-plan if the message log moved under us."""
+        await self._ensure()
+        eid = row.execution_id
+        for _ in range(3):
+            await self._know(row)
+            stored, log = self._logs.plan(row)
+            try:
+                return await self._write(make(stored, log))
+            except _LogGap:
+                self._logs.forget(eid)
+            except BaseException:
+                self._logs.forget(eid)
+                raise
+        raise WriteConflict(f"the message log of run {eid!r} kept changing while writing {row.node_id!r}")
+
+    async def _know(self, row: Checkpoint) -> None:
+        """Load the row's conversation log into memory if a continuing run's log is not known."""
+        messages = row.state_snapshot.get("messages") if isinstance(row.state_snapshot, dict) else None
+        if row.seq == 0 or not isinstance(messages, list | tuple):
+            return
+        eid, conversation = row.execution_id, conversation_of(row.agent_path)
+        if self._logs.known(eid, conversation):
+            return
+
+        def load(conn: sqlite3.Connection) -> tuple[str, list[Any]] | None:
+            cursor = conn.execute(
+                "SELECT log_id, agent_path FROM checkpoints WHERE execution_id = ? AND log_id IS NOT NULL "
+                "ORDER BY seq DESC",
+                (eid,),
+            )
+            for log_id, agent_path in cursor:
+                if conversation_of(agent_path) == conversation:
+                    return log_id, _load_log(conn, eid, log_id)
+            return None
+
+        found = await self._read(load)
+        if found is not None and not self._logs.known(eid, conversation):
+            self._logs.remember(eid, conversation, found[0], found[1])
+
+    def _insert(
+        self, conn: sqlite3.Connection, stored: StoredRow, log: LogAppend | None, synced: int = 0
+    ) -> None:
+        """Insert a planned row and its new messages (inside the caller's transaction)."""
+        eid = stored.execution_id
+        if (
+            stored.seq == 0
+            and conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)).fetchone()
+        ):
+            raise RunExists(f"run {eid!r} already has checkpoints")
+        if stored.log_id is not None:
+            need = log.start if log is not None else stored.message_count
+            last = conn.execute(
+                "SELECT idx FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx DESC LIMIT 1",
+                (eid, stored.log_id),
+            ).fetchone()
+            have = 0 if last is None else last[0] + 1
+            if (log is not None and have != need) or have < need:
+                raise _LogGap
+        try:
+            conn.execute(_INSERT_ROW, (*stored[:-1], _ts(stored.created_at), synced))
+        except sqlite3.IntegrityError as exc:
+            what = "checkpoint_id" if "checkpoint_id" in str(exc) else "seq"
+            value = stored.checkpoint_id if what == "checkpoint_id" else stored.seq
+            raise WriteConflict(
+                f"{what} {value!r} is already taken (run {eid!r}, node {stored.node_id!r}): a stale writer lost"
+            ) from exc
+        if log is not None:
+            conn.executemany(
+                "INSERT INTO messages (execution_id, log_id, idx, body) VALUES (?, ?, ?, ?)",
+                [(eid, log.log_id, log.start + i, body) for i, body in enumerate(log.bodies)],
+            )
+        if stored.step_type == RUN_END:
+            conn.execute("DELETE FROM pending_interrupts WHERE execution_id = ?", (eid,))
+
+    async def delete_run(self, execution_id: str) -> int:
+        """Delete the run's rows, messages, pending row and cache in one transaction."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
+            for table in ("messages", "pending_interrupts", "idempotency_cache"):
+                conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
+            return int(deleted)
+
+        try:
+            return await self._write(run)
+        finally:
+            self._logs.forget(execution_id)
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete what rule 10 of the design allows, older than ``older_than``; returns rows deleted."""
+        cutoff = _ts(utcnow() - older_than)
+        deleted, touched = await self._write(lambda conn: _prune(conn, cutoff))
+        for eid in touched:
+            self._logs.forget(eid)
+        return deleted
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        """The cache entry for ``(execution_id, key)``, if any."""
+
+        def run(conn: sqlite3.Connection) -> Cached | None:
+            found = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            return None if found is None else Cached(decode(found[0]))
+
+        return await self._read(run)
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        """Insert the entry if absent; return the stored value (the first writer's)."""
+        body = encode(value, path="$")
+        now = _ts(utcnow())
+
+        def run(conn: sqlite3.Connection) -> Any:
+            conn.execute(
+                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (execution_id, key) DO NOTHING",
+                (execution_id, key, body, now),
+            )
+            stored = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            return decode(stored[0])
+
+        return await self._write(run)
+
+    # ------------------------------------------------------------------ row reads
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        """The newest row of the run, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[Checkpoint | None, _Ctx]:
+            ctx = _Ctx()
+            return _row_where(conn, ctx, "execution_id = ? ORDER BY seq DESC LIMIT 1", (execution_id,)), ctx
+
+        row, ctx = await self._read(run)
+        self._seed(execution_id, (row,), ctx)
+        return row
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        """Where a resume re-enters the run (see :meth:`Store.reentry`)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[ReEntry, _Ctx]:
+            ctx = _Ctx()
+            newest, row_at, row_before = _walkers(conn, ctx, execution_id)
+            return _run_sync(resolve_reentry(execution_id, newest, row_at, row_before)), ctx
+
+        found, ctx = await self._read(run)
+        self._seed(execution_id, (found.step, found.newest), ctx)
+        return found
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        """The row a fork starts from (see :meth:`Store.forkable`)."""
+
+        def run(conn: sqlite3.Connection) -> Checkpoint:
+            ctx = _Ctx()
+            newest, row_at, row_before = _walkers(conn, ctx, execution_id)
+            named = None
+            if checkpoint_id is not None:
+                named = _row_where(
+                    conn, ctx, "execution_id = ? AND checkpoint_id = ?", (execution_id, checkpoint_id)
+                )
+            return _run_sync(resolve_forkable(execution_id, newest, named, checkpoint_id, row_at, row_before))
+
+        return await self._read(run)
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """One row by id (both keys must match)."""
+        return await self._read(
+            lambda conn: _row_where(
+                conn, _Ctx(), "execution_id = ? AND checkpoint_id = ?", (execution_id, checkpoint_id)
+            )
+        )
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row of the run in ``seq`` order."""
+        return await self._read(
+            lambda conn: _rows_where(conn, _Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
+        )
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one."""
+
+        def run(conn: sqlite3.Connection) -> list[PendingInterrupt]:
+            where, args = (
+                ("WHERE execution_id = ?", (execution_id,)) if execution_id is not None else ("", ())
+            )
+            cursor = conn.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending_interrupts {where} ORDER BY created_at DESC, rowid DESC",
+                args,
+            )
+            return [_pending(found) for found in cursor]
+
+        return await self._read(run)
+
+    def _seed(self, execution_id: str, rows: Iterable[Checkpoint | None], ctx: _Ctx) -> None:
+        """Remember the full logs of the rows just read, so a resumed run does not copy them again."""
+        for row in rows:
+            log_id = None if row is None else ctx.row_logs.get(row.checkpoint_id)
+            if row is None or log_id is None:
+                continue
+            messages = ctx.logs.get(log_id)
+            if messages is not None:
+                self._logs.remember(execution_id, conversation_of(row.agent_path), log_id, list(messages))
+
+    # ------------------------------------------------------------------ the outbox
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        """Rows not yet shipped, oldest write first."""
+        return await self._read(
+            lambda conn: _rows_where(conn, _Ctx(), "synced = 0 ORDER BY id LIMIT ?", (limit,))
+        )
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        """Mark rows shipped (idempotent; an empty request is a no-op)."""
+        if not checkpoint_ids:
+            return
+        ids = [(cid,) for cid in checkpoint_ids]
+        await self._write(
+            lambda conn: conn.executemany("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
+        )
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
+        if not reasons:
+            return
+        pairs = [(reason, cid) for cid, reason in reasons.items()]
+        await self._write(
+            lambda conn: conn.executemany(
+                "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
+            )
+        )
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of a row, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bool, str | None] | None:
+            found = conn.execute(
+                "SELECT synced, sync_error FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+            ).fetchone()
+            return None if found is None else (bool(found[0]), found[1])
+
+        return await self._read(run)
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        """Insert rows restored from the plane as already synced; existing ids are skipped."""
+        if not rows:
+            return 0
+        ids = [row.checkpoint_id for row in rows]
+
+        def existing(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                cursor = conn.execute(
+                    f"SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id IN ({marks})", chunk
+                )
+                found.update(cid for (cid,) in cursor)
+            return found
+
+        skip = await self._read(existing)
+        fresh = sorted(
+            (row for row in rows if row.checkpoint_id not in skip), key=lambda r: (r.execution_id, r.seq)
+        )
+        runs = {row.execution_id for row in fresh}
+        for eid in runs:
+            self._logs.forget(eid)
+        try:
+            planned = [self._logs.plan(row) for row in fresh]
+
+            def run(conn: sqlite3.Connection) -> int:
+                inserted = 0
+                for stored, log in planned:
+                    if conn.execute(
+                        "SELECT 1 FROM checkpoints WHERE checkpoint_id = ?", (stored.checkpoint_id,)
+                    ).fetchone():
+                        continue
+                    self._insert(conn, stored, log, synced=1)
+                    inserted += 1
+                return inserted
+
+            return await self._write(run)
+        finally:
+            for eid in runs:
+                self._logs.forget(eid)
+
+    # ------------------------------------------------------------------ the ownership lock
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
+        if self._closed:
+            raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+        key = (self._lock_key, execution_id)
+        with _held_guard:
+            if key in _held:
+                return False
+            _held.add(key)
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            with _held_guard:
+                _held.discard(key)
+            raise StoreUnavailable(f"cannot open the lock file {self.lock_path!r}: {exc}") from exc
+        offset = int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
+        try:
+            fcntl.fcntl(fd, _F_OFD_SETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+        except OSError as exc:
+            os.close(fd)
+            with _held_guard:
+                _held.discard(key)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise StoreUnavailable(f"cannot lock {self.lock_path!r}: {exc}") from exc
+        self._locks[execution_id] = fd
+        return True
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's ownership lock if this store holds it."""
+        self._release(execution_id)
+
+    def _release(self, execution_id: str) -> None:
+        fd = self._locks.pop(execution_id, None)
+        if fd is None:
+            return
+        try:
+            os.close(fd)
+        finally:
+            with _held_guard:
+                _held.discard((self._lock_key, execution_id))
+
+    def _release_all(self) -> None:
+        for execution_id in list(self._locks):
+            self._release(execution_id)
+
+
+# ---------------------------------------------------------------------- row helpers (database threads)
+
+
+class _Ctx:
+    """What one read hop loaded: full message logs by ``log_id``, each row's log, the seqs visited."""
+
+    __slots__ = ("logs", "row_logs", "visited")
+
+    def __init__(self) -> None:
+        self.logs: dict[str, list[Any]] = {}
+        self.row_logs: dict[str, str] = {}
+        self.visited: set[int] = set()
+
+
+def _pending(found: Sequence[Any]) -> PendingInterrupt:
+    return PendingInterrupt(
+        execution_id=found[0],
+        reason=found[1],
+        context=decode(found[2]),
+        node_id=found[3],
+        agent_path=found[4],
+        created_at=_dt(found[5]),
+    )
+
+
+def _load_log(conn: sqlite3.Connection, execution_id: str, log_id: str) -> list[Any]:
+    cursor = conn.execute(
+        "SELECT body FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx", (execution_id, log_id)
+    )
+    return [decode(body) for (body,) in cursor]
+
+
+def _materialise(conn: sqlite3.Connection, ctx: _Ctx, found: Sequence[Any]) -> Checkpoint:
+    stored = StoredRow._make([*found[:17], _dt(found[17])])
+    messages: list[Any] | None = None
+    if stored.log_id is not None:
+        full = ctx.logs.get(stored.log_id)
+        if full is None:
+            full = ctx.logs[stored.log_id] = _load_log(conn, stored.execution_id, stored.log_id)
+        messages = full[: stored.message_count]
+        ctx.row_logs[stored.checkpoint_id] = stored.log_id
+    ctx.visited.add(stored.seq)
+    return decode_row(stored, messages)
+
+
+def _rows_where(conn: sqlite3.Connection, ctx: _Ctx, where: str, args: Sequence[Any]) -> list[Checkpoint]:
+    cursor = conn.execute(f"SELECT {_ROW_COLUMNS} FROM checkpoints WHERE {where}", args)
+    return [_materialise(conn, ctx, found) for found in cursor.fetchall()]
+
+
+def _row_where(conn: sqlite3.Connection, ctx: _Ctx, where: str, args: Sequence[Any]) -> Checkpoint | None:
+    rows = _rows_where(conn, ctx, where, args)
+    return rows[0] if rows else None
+
+
+RowAt = Callable[[int], Awaitable[Checkpoint | None]]
+
+
+def _walkers(
+    conn: sqlite3.Connection, ctx: _Ctx, execution_id: str
+) -> tuple[Checkpoint | None, RowAt, RowAt]:
+    """The newest row and the two (never-suspending) row readers the re-entry walk needs."""
+
+    async def row_at(seq: int) -> Checkpoint | None:
+        return _row_where(conn, ctx, "execution_id = ? AND seq = ?", (execution_id, seq))
+
+    async def row_before(seq: int) -> Checkpoint | None:
+        return _row_where(
+            conn, ctx, "execution_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1", (execution_id, seq)
+        )
+
+    newest = _row_where(conn, ctx, "execution_id = ? ORDER BY seq DESC LIMIT 1", (execution_id,))
+    return newest, row_at, row_before
+
+
+def _prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
+    """Rule 10 of the design, in the caller's write transaction; returns (rows deleted, runs touched)."""
+    candidates = {
+        eid
+        for (eid,) in conn.execute(
+            "SELECT DISTINCT execution_id FROM checkpoints WHERE created_at < ? "
+            "UNION SELECT DISTINCT execution_id FROM idempotency_cache WHERE created_at < ?",
+            (cutoff, cutoff),
+        )
+    }
+    deleted = 0
+    touched: set[str] = set()
+    for eid in candidates:
+        newest = conn.execute(
+            "SELECT seq, step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
+            (eid,),
+        ).fetchone()
+        if newest is None:
+            continue  # a cache of a run without rows has not completed: keep it
+        if newest[1] == RUN_END and newest[2] == COMPLETED:
+            count = conn.execute(
+                "DELETE FROM checkpoints WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
+            ).rowcount
+            conn.execute(
+                "DELETE FROM idempotency_cache WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
+            )
+        else:
+            keep = _reentry_rows(conn, eid)
+            marks = ", ".join("?" * len(keep))
+            count = conn.execute(
+                f"DELETE FROM checkpoints WHERE execution_id = ? AND created_at < ? AND status = ? "
+                f"AND seq NOT IN ({marks})",
+                (eid, cutoff, COMPLETED, *keep),
+            ).rowcount
+        if count:
+            deleted += count
+            touched.add(eid)
+            conn.execute(
+                "DELETE FROM messages WHERE execution_id = ? AND log_id NOT IN "
+                "(SELECT log_id FROM checkpoints WHERE execution_id = ? AND log_id IS NOT NULL)",
+                (eid, eid),
+            )
+    return deleted, touched
+
+
+def _reentry_rows(conn: sqlite3.Connection, execution_id: str) -> list[int]:
+    """The seqs re-entry reads (so it gives the same answer after a prune), and the re-entry row."""
+    ctx = _Ctx()
+    newest, row_at, row_before = _walkers(conn, ctx, execution_id)
+    with contextlib.suppress(TetherError):
+        _run_sync(resolve_reentry(execution_id, newest, row_at, row_before))
+    found = conn.execute(
+        "SELECT seq FROM checkpoints WHERE execution_id = ? AND step_type != ? ORDER BY seq DESC LIMIT 1",
+        (execution_id, RUN_END),
+    ).fetchone()
+    if found is not None:
+        ctx.visited.add(found[0])
+    return sorted(ctx.visited)
