@@ -1,9 +1,937 @@
-"""Placeholder: being written (replaced before this lands)."""
+"""The PostgreSQL store on asyncpg: one round trip per write, for a fleet of processes.
+
+Design (see DESIGN.md, "Where we go beyond the reference"):
+
+* JSON columns are PostgreSQL ``json`` (not ``jsonb``) with a binary pass-through codec: the server
+  keeps msgspec's bytes verbatim, so ``-0.0``, ``1e308`` and key order round-trip exactly, while
+  ``->``/``->>`` still work in ad-hoc queries.
+* Every write is ONE statement: a data-modifying CTE that inserts the row, its new messages and (for a
+  pause) the pending row, or deletes the pending row (claim, ``run_end``). A statement is atomic, so
+  no explicit transaction and no extra round trip is needed.
+* The pool's reset-on-release is a no-op (asyncpg still rolls back a connection left in a
+  transaction): our statements leave no session state, and session settings live in
+  ``server_settings``, so a release costs no round trip.
+* Ownership locks are session advisory locks on one dedicated connection with TCP keepalives.
+"""
 
 from __future__ import annotations
 
-__all__ = ["PostgresStore"]
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import anyio
+import asyncpg
+
+from ._codec import (
+    DEFAULT_MAX_ROW_BYTES,
+    LogAppend,
+    MessageLogs,
+    StoredRow,
+    conversation_of,
+    decode_row,
+    encode_pending,
+)
+from ._errors import (
+    AlreadyResumed,
+    IdempotencyError,
+    IncompatibleSchema,
+    RunExists,
+    RunNotFound,
+    SerializationError,
+    StoreError,
+    StoreUnavailable,
+    WriteConflict,
+)
+from ._json import decode, encode
+from ._model import (
+    BOOKKEEPING_STEPS,
+    COMPLETED,
+    RUN_END,
+    Cached,
+    Checkpoint,
+    PendingInterrupt,
+    ReEntry,
+    utcnow,
+)
+from ._reentry import resolve_forkable, resolve_reentry
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+#: The newest schema version this code writes; a database at a higher version is refused.
+SCHEMA_VERSION: Final = 1
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_CLOSE_TIMEOUT: Final = 5.0
+
+# Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
+# entry; add a new one.
+_MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+CREATE TABLE {s}.checkpoints (
+    id bigserial PRIMARY KEY,
+    checkpoint_id text NOT NULL CONSTRAINT checkpoints_checkpoint_id_key UNIQUE,
+    execution_id text NOT NULL,
+    seq bigint NOT NULL,
+    runner text NOT NULL,
+    node_id text NOT NULL,
+    step_index bigint NOT NULL,
+    step_type text NOT NULL,
+    status text NOT NULL,
+    state_snapshot json NOT NULL,
+    log_id text,
+    message_count integer NOT NULL DEFAULT 0,
+    node_input json NOT NULL,
+    node_output json NOT NULL,
+    interrupt_reason text,
+    interrupt_context json NOT NULL,
+    agent_path text,
+    parent_checkpoint_id text,
+    created_at timestamptz NOT NULL,
+    synced boolean NOT NULL DEFAULT false,
+    sync_error text,
+    CONSTRAINT checkpoints_run_seq_key UNIQUE (execution_id, seq)
+);
+CREATE INDEX checkpoints_unsynced_idx ON {s}.checkpoints (id) WHERE NOT synced;
+CREATE INDEX checkpoints_created_idx ON {s}.checkpoints (created_at);
+CREATE TABLE {s}.messages (
+    execution_id text NOT NULL,
+    log_id text NOT NULL,
+    idx integer NOT NULL,
+    body json NOT NULL,
+    CONSTRAINT messages_pkey PRIMARY KEY (execution_id, log_id, idx)
+);
+CREATE TABLE {s}.pending_interrupts (
+    execution_id text NOT NULL CONSTRAINT pending_interrupts_pkey PRIMARY KEY,
+    reason text NOT NULL,
+    context json NOT NULL,
+    node_id text NOT NULL,
+    agent_path text,
+    created_at timestamptz NOT NULL
+);
+CREATE TABLE {s}.idempotency_cache (
+    execution_id text NOT NULL,
+    key text NOT NULL,
+    value json NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (execution_id, key)
+);
+CREATE INDEX idempotency_cache_created_idx ON {s}.idempotency_cache (created_at);
+""",
+    ),
+)
+
+_COLS: Final = (
+    "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
+    "log_id, message_count, node_input, node_output, interrupt_reason, interrupt_context, agent_path, "
+    "parent_checkpoint_id, created_at"
+)
+_C_COLS: Final = ", ".join(f"c.{c.strip()}" for c in _COLS.split(","))
+_VALUES: Final = ", ".join(f"${i}" for i in range(1, 19))
+# $19 new message bodies (json[]), $20 index of the first, $21 messages the log must already hold.
+_GUARD: Final = (
+    "($21::integer = 0 OR EXISTS (SELECT 1 FROM {s}.messages g WHERE g.execution_id = $2 "
+    "AND g.log_id = $10 AND g.idx = $21::integer - 1))"
+)
+_INSERT_MESSAGES: Final = (
+    "m AS (INSERT INTO {s}.messages (execution_id, log_id, idx, body) "
+    "SELECT r.execution_id, r.log_id, $20::integer + u.i::integer - 1, u.body "
+    "FROM r, unnest($19::json[]) WITH ORDINALITY AS u(body, i))"
+)
+_FULL_LOG: Final = (
+    "(SELECT json_agg(l.body ORDER BY l.idx) FROM {s}.messages l "
+    "WHERE l.execution_id = c.execution_id AND l.log_id = c.log_id)"
+)
+# The full log rides on only the newest row using it (one copy per log, one round trip).
+_LOG_ONCE: Final = (
+    "CASE WHEN c.log_id IS NOT NULL AND row_number() OVER "
+    "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
+)
+_PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+
+_SQL: Final[dict[str, str]] = {
+    "append": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
+    WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+      AND {_GUARD}
+    RETURNING execution_id, log_id, step_type
+), {_INSERT_MESSAGES},
+p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
+SELECT count(*) FROM r""",
+    "pause": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
+    WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+      AND {_GUARD}
+    RETURNING execution_id, log_id
+), {_INSERT_MESSAGES},
+q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
+      SELECT r.execution_id, $22, $23, $24, $25, $26 FROM r)
+SELECT count(*) FROM r""",
+    "claim": f"""
+WITH d AS (
+    DELETE FROM {{s}}.pending_interrupts WHERE execution_id = $2 AND {_GUARD}
+    RETURNING {_PENDING_COLS}
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES} FROM d
+    RETURNING execution_id, log_id
+), {_INSERT_MESSAGES}
+SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at,
+       EXISTS (SELECT 1 FROM {{s}}.pending_interrupts x WHERE x.execution_id = $2) AS was_pending,
+       EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known
+FROM (SELECT 1) AS one LEFT JOIN d ON true""",
+    "import": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, synced) SELECT {_VALUES}, true
+    WHERE $21::integer >= 0
+    ON CONFLICT (checkpoint_id) DO NOTHING
+    RETURNING execution_id, log_id
+), {_INSERT_MESSAGES}
+SELECT count(*) FROM r""",
+    "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
+    "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.seq = $2",
+    "row_before": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.seq < $2 ORDER BY c.seq DESC LIMIT 1",
+    "get": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.checkpoint_id = $2",
+    "history": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 ORDER BY c.seq",
+    "unsynced": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM "
+    "(SELECT * FROM {s}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1) c ORDER BY c.id",
+    "pending_all": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts "
+    "ORDER BY created_at DESC, execution_id",
+    "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1",
+    "delete_run": """
+WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
+m AS (DELETE FROM {s}.messages WHERE execution_id = $1),
+p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
+k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1)
+SELECT count(*) FROM c""",
+    "cache_get": "SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2",
+    "cache_put": """
+WITH ins AS (
+    INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at) VALUES ($1, $2, $3, $4)
+    ON CONFLICT DO NOTHING RETURNING value
+)
+SELECT value FROM ins
+UNION ALL SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2
+LIMIT 1""",
+    "mark_synced": "UPDATE {s}.checkpoints SET synced = true "
+    "WHERE checkpoint_id = ANY($1::text[]) AND NOT synced",
+    "mark_quarantined": "UPDATE {s}.checkpoints c SET synced = true, sync_error = u.reason "
+    "FROM unnest($1::text[], $2::text[]) AS u(id, reason) WHERE c.checkpoint_id = u.id",
+    "sync_state": "SELECT synced, sync_error FROM {s}.checkpoints WHERE checkpoint_id = $1",
+    "existing_ids": "SELECT checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = ANY($1::text[])",
+    # prune: the newest row of every run that has something older than the cutoff.
+    "prune_heads": """
+SELECT DISTINCT ON (c.execution_id) c.execution_id, c.step_type, c.status
+FROM {s}.checkpoints c
+WHERE c.execution_id IN (SELECT execution_id FROM {s}.checkpoints WHERE created_at < $1
+                         UNION SELECT execution_id FROM {s}.idempotency_cache WHERE created_at < $1)
+ORDER BY c.execution_id, c.seq DESC""",
+    "prune_done": """
+WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = ANY($1::text[]) AND created_at < $2
+           RETURNING 1),
+k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) AND created_at < $2)
+SELECT count(*) FROM c""",
+    "prune_skeleton": f"""
+SELECT execution_id, seq, step_type, status, created_at < $2 AS old,
+       CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
+            THEN node_input END AS node_input
+FROM {{s}}.checkpoints WHERE execution_id = ANY($1::text[]) ORDER BY execution_id, seq""",
+    "prune_rows": """
+WITH c AS (DELETE FROM {s}.checkpoints c USING unnest($1::text[], $2::bigint[]) AS v(e, q)
+           WHERE c.execution_id = v.e AND c.seq = v.q RETURNING 1)
+SELECT count(*) FROM c""",
+    "prune_messages": """
+DELETE FROM {s}.messages m WHERE m.execution_id = ANY($1::text[]) AND NOT EXISTS
+    (SELECT 1 FROM {s}.checkpoints c WHERE c.execution_id = m.execution_id AND c.log_id = m.log_id)""",
+}
+
+_TEXT_FIELDS: Final = (
+    "checkpoint_id",
+    "execution_id",
+    "runner",
+    "node_id",
+    "step_type",
+    "status",
+    "interrupt_reason",
+    "agent_path",
+    "parent_checkpoint_id",
+)
+_CONNECT_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+_LOST_ERRORS: Final = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+)
+
+# A write's arguments: the planned row and its message append, kept to re-plan after a stale log.
+_Plan = tuple[StoredRow, LogAppend | None]
 
 
 class PostgresStore:
-    """Placeholder."""
+    """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
+
+    ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
+    ``max_row_bytes`` bounds one row's new content (:class:`RowTooLarge` above it).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "tether",
+        min_size: int = 1,
+        max_size: int = 20,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        connect_timeout: float = 10.0,
+        lock_keepalive_idle: int = 5,
+    ) -> None:
+        if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
+            raise StoreError(
+                f"invalid schema name {schema!r}: use letters, digits and underscores, "
+                "not starting with a digit, at most 63 characters"
+            )
+        self.dsn = dsn
+        self.schema = schema
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_timeout = connect_timeout
+        self._keepalive_idle = lock_keepalive_idle
+        quoted = f'"{schema}"'
+        self._sql = {name: sql.replace("{s}", quoted) for name, sql in _SQL.items()}
+        self._logs = MessageLogs(max_row_bytes=max_row_bytes)
+        self._pool: asyncpg.Pool | None = None
+        self._setup_lock = anyio.Lock()
+        self._lock_conn: asyncpg.Connection | None = None
+        self._lock_guard = anyio.Lock()
+        self._held: dict[str, int] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_describe(self.dsn)}, schema={self.schema!r})"
+
+    # -- setup and teardown -------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the pool and migrate the schema (idempotent; safe when processes race)."""
+        await self._ready()
+
+    async def _ready(self) -> asyncpg.Pool:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        async with self._setup_lock:
+            if self._pool is not None:
+                return self._pool
+            if self._closed:
+                raise StoreUnavailable(f"{self!r} is closed")
+            pool = await self._connect_pool()
+            try:
+                async with pool.acquire() as conn:
+                    await self._migrate(conn)
+            except BaseException:
+                pool.terminate()
+                raise
+            self._pool = pool
+            return pool
+
+    async def _connect_pool(self) -> asyncpg.Pool:
+        try:
+            with anyio.fail_after(self._connect_timeout + 1):
+                pool = await asyncpg.create_pool(
+                    self.dsn,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    init=_init_connection,
+                    reset=_no_reset,
+                    timeout=self._connect_timeout,
+                    server_settings={"synchronous_commit": "on", "application_name": "tether"},
+                )
+        except _CONNECT_ERRORS as exc:
+            raise _unavailable(self.dsn, exc) from None
+        return pool
+
+    async def _migrate(self, conn: asyncpg.pool.PoolConnectionProxy) -> None:
+        """Run the missing migrations in one transaction under a per-schema advisory lock."""
+        quoted = f'"{self.schema}"'
+        key = _key(self.schema, "\x00migrate")
+        with self._lost():
+            async with conn.transaction():
+                # The lock comes first: CREATE SCHEMA IF NOT EXISTS itself races otherwise.
+                await conn.execute(
+                    f"SELECT pg_advisory_xact_lock({key}); "
+                    f"CREATE SCHEMA IF NOT EXISTS {quoted}; "
+                    f"CREATE TABLE IF NOT EXISTS {quoted}.schema_version ("
+                    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                found = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {quoted}.schema_version")
+                if found > SCHEMA_VERSION:
+                    raise IncompatibleSchema(
+                        f"schema {self.schema!r} was written by tether schema version {found}; "
+                        f"this tether understands up to version {SCHEMA_VERSION}: upgrade tether"
+                    )
+                for version, ddl in _MIGRATIONS:
+                    if version > found:
+                        await conn.execute(ddl.replace("{s}", quoted))
+                        await conn.execute(
+                            f"INSERT INTO {quoted}.schema_version (version) VALUES ($1)", version
+                        )
+
+    async def close(self) -> None:
+        """Close the pool and the lock connection (releasing every ownership lock); idempotent."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        conn, self._lock_conn = self._lock_conn, None
+        self._held.clear()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(_CLOSE_TIMEOUT):
+                if conn is not None:
+                    await conn.close()
+                if pool is not None:
+                    await pool.close()
+                return
+            if conn is not None:
+                conn.terminate()
+            if pool is not None:
+                pool.terminate()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row`` (one statement; a ``run_end`` also deletes the pending row)."""
+        await self._write("append", row, ())
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        """Append the interrupted row and the pending row in one statement."""
+        _check_text(pending, ("execution_id", "reason", "node_id", "agent_path"))
+        extra = (
+            pending.reason,
+            encode_pending(pending),
+            pending.node_id,
+            pending.agent_path,
+            pending.created_at,
+        )
+        await self._write("pause", row, extra)
+
+    async def _write(self, kind: str, row: Checkpoint, extra: tuple[Any, ...]) -> None:
+        plan = self._plan(row)
+        pool = await self._ready()
+        try:
+            if await self._run(pool, kind, row, plan, extra):
+                return
+            # Nothing inserted: the run exists (seq 0), or our memory of its log is stale. Re-plan
+            # against a fresh log once; a second refusal can only mean the run exists.
+            self._logs.forget(row.execution_id)
+            if await self._run(pool, kind, row, self._plan(row), extra):
+                return
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        self._logs.forget(row.execution_id)
+        raise RunExists(f"run {row.execution_id!r} already has checkpoints; seq 0 starts a new run only")
+
+    async def _run(
+        self, pool: asyncpg.Pool, kind: str, row: Checkpoint, plan: _Plan, extra: tuple[Any, ...]
+    ) -> bool:
+        try:
+            with self._lost():
+                return bool(await pool.fetchval(self._sql[kind], *_args(plan), *extra))
+        except asyncpg.UniqueViolationError as exc:
+            if exc.constraint_name == "messages_pkey":
+                return False  # another writer extended this log: re-plan on a fresh log
+            raise _conflict(row, exc) from None
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        """Delete the pending row and append the ``resume`` row in one statement."""
+        pool = await self._ready()
+        plan = self._plan(row)
+        try:
+            rec = await self._claim(pool, row, plan)
+            if rec["execution_id"] is None and rec["was_pending"]:
+                self._logs.forget(row.execution_id)  # a rival won, or our log memory was stale
+                rec = await self._claim(pool, row, self._plan(row))
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        if rec["execution_id"] is None:
+            self._logs.forget(row.execution_id)
+            if not rec["known"]:
+                raise RunNotFound(f"run {row.execution_id!r} has no checkpoints")
+            raise AlreadyResumed(
+                f"run {row.execution_id!r} has no pending interrupt: it was already resumed or never paused"
+            )
+        return _pending(rec)
+
+    async def _claim(self, pool: asyncpg.Pool, row: Checkpoint, plan: _Plan) -> asyncpg.Record:
+        try:
+            with self._lost():
+                rec = await pool.fetchrow(self._sql["claim"], *_args(plan))
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(row, exc) from None
+        assert rec is not None
+        return rec
+
+    def _plan(self, row: Checkpoint) -> _Plan:
+        _check_text(row, _TEXT_FIELDS)
+        return self._logs.plan(row)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        """The newest row (one round trip); seeds the message memory with its conversation's log."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["newest"], execution_id)
+        if rec is None:
+            return None
+        row = self._decode_one(rec)
+        self._seed([(row, rec)])
+        return row
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        """Where a resume re-enters (usually one round trip: the newest row is the step)."""
+        pool = await self._ready()
+        seen: list[tuple[Checkpoint, asyncpg.Record]] = []
+
+        async def fetch(name: str, *args: Any) -> Checkpoint | None:
+            with self._lost():
+                rec = await pool.fetchrow(self._sql[name], execution_id, *args)
+            if rec is None:
+                return None
+            row = self._decode_one(rec)
+            seen.append((row, rec))
+            return row
+
+        async def row_at(seq: int) -> Checkpoint | None:
+            return await fetch("row_at", seq)
+
+        async def row_before(seq: int) -> Checkpoint | None:
+            return await fetch("row_before", seq)
+
+        newest = await fetch("newest")
+        entry = await resolve_reentry(execution_id, newest, row_at, row_before)
+        self._seed(seen)
+        return entry
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        """The row a fork starts from (see :func:`stores._reentry.resolve_forkable`)."""
+        pool = await self._ready()
+
+        async def fetch(name: str, *args: Any) -> Checkpoint | None:
+            with self._lost():
+                rec = await pool.fetchrow(self._sql[name], execution_id, *args)
+            return None if rec is None else self._decode_one(rec)
+
+        async def row_at(seq: int) -> Checkpoint | None:
+            return await fetch("row_at", seq)
+
+        async def row_before(seq: int) -> Checkpoint | None:
+            return await fetch("row_before", seq)
+
+        if checkpoint_id is None:
+            newest, named = await fetch("newest"), None
+        else:
+            newest, named = None, await fetch("get", checkpoint_id)
+        return await resolve_forkable(execution_id, newest, named, checkpoint_id, row_at, row_before)
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """One row by id (both keys must match)."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["get"], execution_id, checkpoint_id)
+        return None if rec is None else self._decode_one(rec)
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row in ``seq`` order (one round trip; each message log crosses the wire once)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["history"], execution_id)
+        return _decode_many(recs)
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first."""
+        pool = await self._ready()
+        with self._lost():
+            if execution_id is None:
+                recs = await pool.fetch(self._sql["pending_all"])
+            else:
+                recs = await pool.fetch(self._sql["pending_one"], execution_id)
+        return [_pending(r) for r in recs]
+
+    def _decode_one(self, rec: asyncpg.Record) -> Checkpoint:
+        log = rec[18]
+        messages = decode(log) if log is not None else []
+        return decode_row(StoredRow(*rec[:18]), messages[: rec["message_count"]])
+
+    def _seed(self, rows: Iterable[tuple[Checkpoint, asyncpg.Record]]) -> None:
+        """Remember the full log of each conversation read (newest row first wins)."""
+        done: set[str] = set()
+        for row, rec in sorted(rows, key=lambda pair: -pair[0].seq):
+            conversation = conversation_of(row.agent_path)
+            if rec["log_id"] is None or conversation in done:
+                continue
+            done.add(conversation)
+            log = rec[18]
+            self._logs.remember(row.execution_id, conversation, rec["log_id"], decode(log) if log else [])
+
+    # -- deletes ------------------------------------------------------------------------------
+
+    async def delete_run(self, execution_id: str) -> int:
+        """Delete everything of a run in one statement; returns the rows deleted."""
+        pool = await self._ready()
+        self._logs.forget(execution_id)
+        with self._lost():
+            count: int = await pool.fetchval(self._sql["delete_run"], execution_id)
+        return count
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Rule 10 of DESIGN.md, in one transaction; returns checkpoint rows deleted.
+
+        Completed runs lose every row and cache entry older than the cutoff. Other runs lose only
+        completed rows older than the cutoff that re-entry does not read (the re-entry row and the
+        rows its ``resume``/``recover`` rows name stay), so they resume exactly as before. Message
+        logs no remaining row references go with them.
+        """
+        cutoff = utcnow() - older_than
+        pool = await self._ready()
+        deleted = 0
+        with self._lost():
+            async with pool.acquire() as conn, conn.transaction():
+                heads = await conn.fetch(self._sql["prune_heads"], cutoff)
+                done = [h["execution_id"] for h in heads if _completed(h["step_type"], h["status"])]
+                others = [h["execution_id"] for h in heads if not _completed(h["step_type"], h["status"])]
+                if done:
+                    deleted += await conn.fetchval(self._sql["prune_done"], done, cutoff)
+                if others:
+                    skeleton = await conn.fetch(self._sql["prune_skeleton"], others, cutoff)
+                    runs, seqs = await _prunable(skeleton)
+                    if runs:
+                        deleted += await conn.fetchval(self._sql["prune_rows"], runs, seqs)
+                touched = done + others
+                if touched:
+                    await conn.execute(self._sql["prune_messages"], touched)
+        for execution_id in done + others:
+            self._logs.forget(execution_id)
+        return deleted
+
+    # -- idempotency cache --------------------------------------------------------------------
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        """The cached value for ``(execution_id, key)``, if any."""
+        pool = await self._ready()
+        with self._lost():
+            value = await pool.fetchval(self._sql["cache_get"], execution_id, key)
+        return None if value is None else Cached(decode(value))
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        """Insert if absent and return the stored value: the first writer wins (one round trip)."""
+        data = encode(value, path="$", error=IdempotencyError)
+        for name, text in (("execution_id", execution_id), ("key", key)):
+            if "\x00" in text:
+                raise IdempotencyError("a string contains a NUL character", path=f"$.{name}")
+        pool = await self._ready()
+        with self._lost():
+            stored = await pool.fetchval(self._sql["cache_put"], execution_id, key, data, utcnow())
+            if stored is None:  # a rival committed after our snapshot: read it with a fresh one
+                stored = await pool.fetchval(self._sql["cache_get"], execution_id, key)
+        return decode(stored if stored is not None else data)
+
+    # -- ownership lock -----------------------------------------------------------------------
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take the run's session advisory lock on the dedicated lock connection."""
+        async with self._lock_guard:
+            if execution_id in self._held:
+                return False  # session locks are re-entrant: refuse a second holder here
+            conn = await self._lock_connection()
+            key = _key(self.schema, execution_id)
+            with self._lost():
+                taken = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", key))
+            if taken:
+                self._held[execution_id] = key
+            return taken
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's lock if this store holds it."""
+        async with self._lock_guard:
+            key = self._held.pop(execution_id, None)
+            conn = self._lock_conn
+            if key is None or conn is None or conn.is_closed():
+                return
+            with anyio.CancelScope(shield=True), self._lost():
+                await conn.fetchval("SELECT pg_advisory_unlock($1)", key)
+
+    async def _lock_connection(self) -> asyncpg.Connection:
+        conn = self._lock_conn
+        if conn is not None and not conn.is_closed():
+            return conn
+        if self._closed:
+            raise StoreUnavailable(f"{self!r} is closed")
+        self._held.clear()  # a lost connection took its locks with it
+        idle = str(self._keepalive_idle)
+        try:
+            with anyio.fail_after(self._connect_timeout + 1):
+                conn = await asyncpg.connect(
+                    self.dsn,
+                    timeout=self._connect_timeout,
+                    server_settings={
+                        "application_name": "tether-locks",
+                        "tcp_keepalives_idle": idle,
+                        "tcp_keepalives_interval": "1",
+                        "tcp_keepalives_count": idle,
+                    },
+                )
+        except _CONNECT_ERRORS as exc:
+            raise _unavailable(self.dsn, exc) from None
+        self._lock_conn = conn
+        return conn
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        """Rows not yet shipped, oldest write first (one round trip)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["unsynced"], limit)
+        return _decode_many(recs)
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        """Mark rows shipped (idempotent; empty is a no-op)."""
+        if not checkpoint_ids:
+            return
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(self._sql["mark_synced"], list(checkpoint_ids))
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        """Mark poison rows synced with their reason, in one statement (last reason wins)."""
+        if not reasons:
+            return
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(self._sql["mark_quarantined"], list(reasons), list(reasons.values()))
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of a row, or ``None``."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["sync_state"], checkpoint_id)
+        return None if rec is None else (rec["synced"], rec["sync_error"])
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        """Insert restored rows as synced, skipping existing ids, in one transaction."""
+        if not rows:
+            return 0
+        pool = await self._ready()
+        runs = {row.execution_id for row in rows}
+        inserted = 0
+        try:
+            with self._lost():
+                async with pool.acquire() as conn, conn.transaction():
+                    ids = [row.checkpoint_id for row in rows]
+                    existing = {r[0] for r in await conn.fetch(self._sql["existing_ids"], ids)}
+                    fresh: dict[str, Checkpoint] = {}
+                    for row in sorted(rows, key=lambda r: (r.execution_id, r.seq)):
+                        if row.checkpoint_id not in existing:
+                            fresh.setdefault(row.checkpoint_id, row)
+                    for run in runs:
+                        self._logs.forget(run)
+                    plans = [(row, self._plan(row)) for row in fresh.values()]
+                    for row, plan in plans:
+                        try:
+                            inserted += await conn.fetchval(self._sql["import"], *_args(plan))
+                        except asyncpg.UniqueViolationError as exc:
+                            raise _conflict(row, exc) from None
+        except BaseException:
+            for run in runs:
+                self._logs.forget(run)
+            raise
+        return inserted
+
+    # -- errors -------------------------------------------------------------------------------
+
+    @contextmanager
+    def _lost(self) -> Iterator[None]:
+        """Turn a lost connection into :class:`StoreUnavailable` naming the host."""
+        try:
+            yield
+        except _LOST_ERRORS as exc:
+            raise _unavailable(self.dsn, exc) from None
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    """JSON columns travel as the exact bytes msgspec wrote (binary ``json`` is plain text)."""
+    await conn.set_type_codec(
+        "json", encoder=_identity, decoder=_identity, schema="pg_catalog", format="binary"
+    )
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """Skip the pool's ``RESET ALL`` round trip: we keep no session state (asyncpg still rolls back)."""
+
+
+def _args(plan: _Plan) -> tuple[Any, ...]:
+    stored, append = plan
+    if append is not None:
+        return (*stored, append.bodies, append.start, append.start)
+    return (*stored, [], 0, stored.message_count if stored.log_id is not None else 0)
+
+
+def _key(schema: str, name: str) -> int:
+    """A signed 64-bit advisory-lock key: blake2b of the name, keyed by the schema."""
+    digest = hashlib.blake2b(
+        name.encode("utf-8", "surrogatepass"), digest_size=8, key=schema.encode()
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _check_text(obj: object, fields: Sequence[str]) -> None:
+    """PostgreSQL text cannot hold NUL: refuse it before writing, naming the field."""
+    for name in fields:
+        value = getattr(obj, name)
+        if isinstance(value, str) and "\x00" in value:
+            raise SerializationError(
+                "a string contains a NUL character, which JSON stores cannot keep", path=f"$.{name}"
+            )
+
+
+def _conflict(row: Checkpoint, exc: asyncpg.UniqueViolationError) -> Exception:
+    where = exc.constraint_name
+    if where == "checkpoints_run_seq_key" and row.seq == 0:
+        return RunExists(f"run {row.execution_id!r} already has checkpoints; seq 0 starts a new run only")
+    if where == "pending_interrupts_pkey":
+        return WriteConflict(f"run {row.execution_id!r} already has a pending interrupt")
+    if where == "checkpoints_checkpoint_id_key":
+        return WriteConflict(f"checkpoint id {row.checkpoint_id!r} is already taken")
+    return WriteConflict(f"seq {row.seq} of run {row.execution_id!r} is already taken (a stale writer)")
+
+
+def _describe(dsn: str) -> str:
+    """Host, port and database of a DSN, never its password."""
+    try:
+        parts = urlsplit(dsn)
+        host = parts.hostname or "localhost"
+        port = parts.port or 5432
+    except ValueError:
+        return "PostgreSQL (unparsable DSN)"
+    database = parts.path.lstrip("/") or "(default database)"
+    return f"PostgreSQL at {host}:{port}/{database}"
+
+
+def _unavailable(dsn: str, exc: BaseException) -> StoreUnavailable:
+    if isinstance(exc, ValueError):  # a DSN error may quote the DSN: say only what kind it was
+        detail = f"invalid DSN ({type(exc).__name__})"
+    elif isinstance(exc, TimeoutError):
+        detail = "connection timed out"
+    else:
+        detail = f"{type(exc).__name__}: {exc}"
+    return StoreUnavailable(f"cannot reach {_describe(dsn)}: {detail}")
+
+
+def _completed(step_type: str, status: str) -> bool:
+    return step_type == RUN_END and status == COMPLETED
+
+
+def _pending(rec: asyncpg.Record) -> PendingInterrupt:
+    return PendingInterrupt(
+        execution_id=rec["execution_id"],
+        reason=rec["reason"],
+        context=decode(rec["context"]),
+        node_id=rec["node_id"],
+        agent_path=rec["agent_path"],
+        created_at=rec["created_at"],
+    )
+
+
+def _decode_many(recs: Sequence[asyncpg.Record]) -> list[Checkpoint]:
+    """Rows whose newest user of each log carries the full log (see ``_LOG_ONCE``)."""
+    logs: dict[tuple[str, str], list[Any]] = {}
+    for rec in recs:
+        if rec[18] is not None:
+            logs[(rec["execution_id"], rec["log_id"])] = decode(rec[18])
+    out = []
+    for rec in recs:
+        log_id = rec["log_id"]
+        messages = logs.get((rec["execution_id"], log_id), []) if log_id is not None else []
+        out.append(decode_row(StoredRow(*rec[:18]), messages[: rec["message_count"]]))
+    return out
+
+
+async def _prunable(skeleton: Sequence[asyncpg.Record]) -> tuple[list[str], list[int]]:
+    """The (run, seq) pairs prune may delete from unfinished runs: old completed rows that the
+    re-entry walk (the same one :meth:`reentry` does) does not visit."""
+    by_run: dict[str, list[asyncpg.Record]] = {}
+    for rec in skeleton:
+        by_run.setdefault(rec["execution_id"], []).append(rec)
+    runs: list[str] = []
+    seqs: list[int] = []
+    for execution_id, recs in by_run.items():
+        rows = {
+            r["seq"]: Checkpoint(
+                execution_id=execution_id,
+                seq=r["seq"],
+                runner="",
+                node_id="",
+                step_type=r["step_type"],
+                status=r["status"],
+                node_input=decode(r["node_input"]) if r["node_input"] is not None else {},
+            )
+            for r in recs
+        }
+        keep = await _walked(execution_id, rows)
+        for r in recs:
+            if r["old"] and r["status"] == COMPLETED and r["seq"] not in keep:
+                runs.append(execution_id)
+                seqs.append(r["seq"])
+    return runs, seqs
+
+
+async def _walked(execution_id: str, rows: dict[int, Checkpoint]) -> set[int]:
+    """The seqs the re-entry walk reads, starting from the newest row."""
+    order = sorted(rows)
+    visited = {order[-1]}
+
+    async def row_at(seq: int) -> Checkpoint | None:
+        row = rows.get(seq)
+        if row is not None:
+            visited.add(seq)
+        return row
+
+    async def row_before(seq: int) -> Checkpoint | None:
+        below = [s for s in order if s < seq]
+        if not below:
+            return None
+        visited.add(below[-1])
+        return rows[below[-1]]
+
+    try:
+        await resolve_forkable(execution_id, rows[order[-1]], None, None, row_at, row_before)
+    except RunNotFound:
+        pass  # only markers and bookkeeping: keep what the walk touched
+    return visited
