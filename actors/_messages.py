@@ -1,0 +1,43 @@
+"""The runtime's own vocabulary: why an actor incarnation ended, and the mailbox wake-up token.
+
+User messages are ``msgspec.Struct`` tagged unions (``class Ping(msgspec.Struct, tag="ping",
+frozen=True)``) that an actor handles with ``match``. The runtime's control requests (stop, restart,
+escalate, passivate) never travel through the bounded mailbox: they are flags on the actor's cell
+plus, at most, one :data:`WAKE` token, so a full mailbox cannot hold them back.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+__all__ = ["WAKE", "ExitReason"]
+
+
+class ExitReason(enum.Enum):
+    """Why one incarnation of an actor ended; supervision decides from it whether to restart."""
+
+    NORMAL = "normal"
+    """The actor ended itself with ``ctx.stop()``; only ``permanent`` actors are restarted."""
+    CRASH = "crash"
+    """``on_start`` or ``receive`` raised; ``permanent`` and ``transient`` actors are restarted."""
+    ESCALATE = "escalate"
+    """A child exceeded its restart intensity; handled like a crash of this actor."""
+    RESTART = "restart"
+    """A sibling crashed under ``one_for_all`` / ``rest_for_one``; restarted without counting."""
+    SHUTDOWN = "shutdown"
+    """``ref.stop()``, the parent or the system stopped it; never restarted."""
+    PASSIVATE = "passivate"
+    """An idle registry actor was retired; the next message activates a new one."""
+
+
+class _Wake:
+    """A token that wakes an actor waiting on its mailbox so it reads its control flags."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WAKE"
+
+
+WAKE: Final = _Wake()

@@ -1,0 +1,123 @@
+"""``ActorRef``: the handle used to talk to an actor through its bounded mailbox."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio import BrokenResourceError, ClosedResourceError, WouldBlock
+
+from ._errors import ActorStopped, AskDeadlock, AskTimeout, MailboxFull
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectSendStream
+
+    from ._cell import Cell
+
+__all__ = ["ActorRef", "current_cell"]
+
+current_cell: ContextVar[Cell | None] = ContextVar("tether_current_actor", default=None)
+"""The cell whose task is running (set once at the top of each actor task)."""
+
+
+class Ask:
+    """One ``ask`` in flight: the message and the slot its reply (or error) lands in."""
+
+    __slots__ = ("abandoned", "done", "error", "event", "message", "value")
+
+    def __init__(self, message: object) -> None:
+        self.message = message
+        self.event = anyio.Event()
+        self.done = False
+        self.abandoned = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def resolve(self, value: object) -> None:
+        self.value = value
+        self.done = True
+        self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self.done = True
+            self.event.set()
+
+
+class ActorRef:
+    """A stable address of one actor; it survives the actor's restarts.
+
+    Equal refs name the same actor. Sending to an actor that has exited raises :class:`ActorStopped`.
+    """
+
+    __slots__ = ("_cell", "_stream", "id")
+
+    def __init__(self, cell: Cell, stream: MemoryObjectSendStream[object]) -> None:
+        self._cell = cell
+        self._stream = stream
+        self.id: str = cell.id
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.id}>"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the actor still exists (it may be between two incarnations)."""
+        return not self._cell.done
+
+    async def send(self, message: object) -> None:
+        """Put ``message`` in the mailbox, waiting for room while it is full (backpressure).
+
+        Like ``asyncio.Queue.put``, it only yields to the event loop when it has to wait.
+        """
+        try:
+            self._stream.send_nowait(message)
+        except WouldBlock:
+            try:
+                await self._stream.send(message)
+            except (BrokenResourceError, ClosedResourceError):
+                raise ActorStopped(f"{self.id} has stopped") from None
+        except (BrokenResourceError, ClosedResourceError):
+            raise ActorStopped(f"{self.id} has stopped") from None
+
+    def send_nowait(self, message: object) -> None:
+        """Put ``message`` in the mailbox now or raise :class:`MailboxFull`."""
+        try:
+            self._stream.send_nowait(message)
+        except WouldBlock:
+            raise MailboxFull(f"the mailbox of {self.id} is full") from None
+        except (BrokenResourceError, ClosedResourceError):
+            raise ActorStopped(f"{self.id} has stopped") from None
+
+    async def ask(self, message: object, *, timeout: float) -> Any:  # noqa: ASYNC109 (contract)
+        """Send ``message`` and return what the actor's ``receive`` returned for it.
+
+        ``timeout`` bounds the whole exchange, including waiting for mailbox room. Raises
+        :class:`AskTimeout`, :class:`ActorCrashed` (the handler raised; its error is the cause),
+        :class:`ActorStopped`, or :class:`AskDeadlock` at once when an actor asks itself from its
+        own task. An ask that timed out before the actor took it is skipped.
+        """
+        if current_cell.get() is self._cell:
+            raise AskDeadlock(f"{self.id} asked itself from its own handler; the reply could never come")
+        request = Ask(message)
+        with anyio.move_on_after(timeout):
+            await self.send(request)
+            await request.event.wait()
+        if request.done:
+            if request.error is not None:
+                raise request.error
+            return request.value
+        request.abandoned = True
+        raise AskTimeout(f"{self.id} did not answer within {timeout}s")
+
+    async def stop(self, *, timeout: float | None = None, drain: bool = False) -> None:  # noqa: ASYNC109
+        """Stop the actor for good (it is never restarted) and wait until it has exited.
+
+        The message being handled may finish; with ``drain=True`` queued messages are handled too,
+        otherwise queued asks fail with :class:`ActorStopped`. After ``timeout`` seconds (default: the
+        actor's ``stop_timeout``) the handler is cancelled. ``on_stop`` then runs shielded and
+        time-bounded. Called by the actor on itself, it only requests the stop.
+        """
+        await self._cell.stop(timeout=timeout, drain=drain)

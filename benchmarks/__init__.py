@@ -1,0 +1,1 @@
+"""Runnable benchmarks; each prints ratios to raw work measured in the same run."""
