@@ -107,6 +107,7 @@ CREATE TABLE {s}.messages (
     CONSTRAINT messages_pkey PRIMARY KEY (execution_id, log_id, idx)
 );
 CREATE TABLE {s}.pending_interrupts (
+    id bigserial NOT NULL,
     execution_id text NOT NULL CONSTRAINT pending_interrupts_pkey PRIMARY KEY,
     reason text NOT NULL,
     context json NOT NULL,
@@ -207,8 +208,7 @@ SELECT count(*) FROM r""",
     "WHERE c.execution_id = $1 ORDER BY c.seq",
     "unsynced": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM "
     "(SELECT * FROM {s}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1) c ORDER BY c.id",
-    "pending_all": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts "
-    "ORDER BY created_at DESC, execution_id",
+    "pending_all": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts ORDER BY created_at DESC, id DESC",
     "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1",
     "delete_run": """
 WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
@@ -447,7 +447,11 @@ class PostgresStore:
             self._logs.forget(row.execution_id)
             raise
         self._logs.forget(row.execution_id)
-        raise RunExists(f"run {row.execution_id!r} already has checkpoints; seq 0 starts a new run only")
+        if row.seq == 0:
+            raise RunExists(f"run {row.execution_id!r} already has checkpoints; seq 0 starts a new run only")
+        raise WriteConflict(
+            f"the message log of run {row.execution_id!r} kept changing under {row.node_id!r}"
+        )
 
     async def _run(
         self, pool: asyncpg.Pool, kind: str, row: Checkpoint, plan: _Plan, extra: tuple[Any, ...]

@@ -1,0 +1,465 @@
+"""PostgreSQL-specific behaviour of :class:`stores.PostgresStore` (the shared contract is in the conformance suite)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from stores import (
+    AlreadyResumed,
+    Checkpoint,
+    IncompatibleSchema,
+    PendingInterrupt,
+    PostgresStore,
+    RunExists,
+    SerializationError,
+    StoreError,
+    StoreUnavailable,
+    WriteConflict,
+)
+from stores._postgres import SCHEMA_VERSION
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+DSN = os.environ.get("TETHER_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    name = f"t_{uuid.uuid4().hex}"
+    yield name
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def store(schema: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(DSN, schema=schema)
+    yield s
+    await s.close()
+
+
+def row(eid: str, seq: int, messages: list[Any] | None = None, **kw: Any) -> Checkpoint:
+    snapshot: dict[str, Any] = {"turn": seq}
+    if messages is not None:
+        snapshot["messages"] = messages
+    kw.setdefault("node_id", f"turn:{seq}")
+    kw.setdefault("agent_path", "agent:a")
+    return Checkpoint(execution_id=eid, seq=seq, runner="a", state_snapshot=snapshot, **kw)
+
+
+def pause(eid: str, seq: int) -> tuple[Checkpoint, PendingInterrupt]:
+    r = row(eid, seq, node_id="turn:0/tool:t", step_type="hitl_pause", status="interrupted")
+    return r, PendingInterrupt(execution_id=eid, reason="approve?", context={"amount": 5})
+
+
+def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
+    return row(
+        eid,
+        seq,
+        node_id="turn:0/tool:t",
+        step_type="resume",
+        node_input={"resume": {"approved": True}, "reentry_seq": target},
+    )
+
+
+class Counter:
+    """Stands in for a store's pool and counts the statements sent through it."""
+
+    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        self._pool = store._pool
+        monkeypatch.setattr(store, "_pool", self)
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._pool, name)
+        if name.startswith("_") or not callable(target):
+            return target
+
+        def call(*args: Any, **kw: Any) -> Any:
+            self.calls.append(name)
+            return target(*args, **kw)
+
+        return call
+
+
+# -- configuration and connection errors ------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["", "1abc", "a-b", 'x"; DROP TABLE y; --', "a b", "é", "a" * 64])
+def test_schema_name_is_validated(bad: str) -> None:
+    with pytest.raises(StoreError, match="schema"):
+        PostgresStore(DSN, schema=bad)
+
+
+async def test_unreachable_dsn_is_store_unavailable_quickly_without_password() -> None:
+    store = PostgresStore(f"postgresql://postgres:s3cret@127.0.0.1:{_closed_port()}/test", connect_timeout=2)
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        await store.latest("x")
+    assert time.monotonic() - start < 3
+    assert "127.0.0.1" in str(info.value) and "s3cret" not in str(info.value)
+    with pytest.raises(StoreUnavailable):
+        await store.try_lock("x")
+    await store.close()
+
+
+async def test_bad_database_is_store_unavailable() -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:5432/no_such_db_tether", connect_timeout=5)
+    with pytest.raises(StoreUnavailable, match="no_such_db_tether"):
+        await store.setup()
+    await store.close()
+
+
+async def test_closed_store_refuses_and_close_is_idempotent(schema: str) -> None:
+    s = PostgresStore(DSN, schema=schema)
+    await s.append(row("r", 0))
+    await s.close()
+    await s.close()
+    with pytest.raises(StoreUnavailable):
+        await s.latest("r")
+
+
+async def test_server_settings_applied(store: PostgresStore) -> None:
+    await store.setup()
+    assert store._pool is not None
+    assert await store._pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+    assert await store.try_lock("r")
+    conn = store._lock_conn
+    assert conn is not None
+    assert await conn.fetchval("SELECT current_setting('tcp_keepalives_idle')") == "5"
+    assert await conn.fetchval("SELECT current_setting('tcp_keepalives_count')") == "5"
+    # Settings live in server_settings, so the pool never undoes them: still on after reuse.
+    for _ in range(3):
+        assert await store._pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+
+async def test_concurrent_setup_on_fresh_schema_all_succeed(schema: str) -> None:
+    stores = [PostgresStore(DSN, schema=schema) for _ in range(6)]
+    try:
+        async with anyio.create_task_group() as tg:
+            for s in stores:
+                tg.start_soon(s.setup)
+        await stores[0].append(row("r", 0))
+        assert [c.seq for c in await stores[-1].history("r")] == [0]
+    finally:
+        for s in stores:
+            await s.close()
+    conn = await asyncpg.connect(DSN)
+    try:
+        versions = await conn.fetch(f'SELECT version FROM "{schema}".schema_version')
+    finally:
+        await conn.close()
+    assert [v[0] for v in versions] == [SCHEMA_VERSION]
+
+
+async def test_two_processes_migrate_the_same_fresh_schema(schema: str) -> None:
+    code = textwrap.dedent(
+        f"""
+        import anyio
+        from stores import PostgresStore
+        async def main():
+            s = PostgresStore({DSN!r}, schema={schema!r})
+            await s.setup()
+            await s.close()
+        anyio.run(main)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    codes: list[int | None] = []
+
+    async def migrate() -> None:
+        done = await anyio.run_process([sys.executable, "-c", code], cwd=ROOT, env=env, check=False)
+        codes.append(done.returncode)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(migrate)
+    assert codes == [0, 0, 0]
+
+
+async def test_newer_schema_is_refused(store: PostgresStore, schema: str) -> None:
+    await store.setup()
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES ($1)', SCHEMA_VERSION + 7)
+    finally:
+        await conn.close()
+    fresh = PostgresStore(DSN, schema=schema)
+    with pytest.raises(IncompatibleSchema) as info:
+        await fresh.setup()
+    assert str(SCHEMA_VERSION + 7) in str(info.value) and str(SCHEMA_VERSION) in str(info.value)
+    await fresh.close()
+
+
+# -- one round trip per operation ----------------------------------------------------------------
+
+
+async def test_writes_are_one_statement(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    await store.setup()
+    counter = Counter(store, monkeypatch)
+    await store.append(row("r", 0, [{"role": "user", "content": "hi"}]))
+    assert counter.calls == ["fetchval"]
+    counter.calls.clear()
+    await store.append_pause(*pause("r", 1))
+    assert counter.calls == ["fetchval"]
+    counter.calls.clear()
+    await store.claim(resume_row("r", 2, 1))
+    assert counter.calls == ["fetchrow"]
+    counter.calls.clear()
+    await store.cache_put("r", "k", {"v": 1})
+    await store.latest("r")
+    await store.history("r")
+    assert counter.calls == ["fetchval", "fetchrow", "fetch"]
+
+
+async def test_failed_claim_leaves_pending_row(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    await store.append_pause(*pause("r", 1))
+    with pytest.raises(WriteConflict):
+        await store.claim(resume_row("r", 1, 1))  # seq 1 is taken
+    assert [p.execution_id for p in await store.pending()] == ["r"]
+    await store.claim(resume_row("r", 2, 1))
+    assert await store.pending() == []
+
+
+async def test_second_pause_rolls_back_whole_pause(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    await store.append_pause(*pause("r", 1))
+    with pytest.raises(WriteConflict):
+        await store.append_pause(*pause("r", 2))
+    assert [c.seq for c in await store.history("r")] == [0, 1]
+
+
+async def test_claim_race_has_one_winner(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    await store.append_pause(*pause("r", 1))
+    outcomes: list[str] = []
+
+    async def claim(i: int) -> None:
+        try:
+            await store.claim(resume_row("r", 2, 1))
+            outcomes.append("won")
+        except AlreadyResumed:
+            outcomes.append("lost")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(claim, i)
+    assert outcomes.count("won") == 1 and len(outcomes) == 30
+
+
+# -- values --------------------------------------------------------------------------------------
+
+
+async def test_json_round_trips_exactly(store: PostgresStore) -> None:
+    value = {
+        "z": -0.0,
+        "big": 1.7976931348623157e308,
+        "tiny": 5e-324,
+        "i": 2**63 - 1,
+        "n": -(2**63),
+        "a": [1.0],
+    }
+    await store.append(Checkpoint(execution_id="r", seq=0, runner="a", node_id="n", node_output=value))
+    got = (await store.history("r"))[0]
+    assert got.node_output == value
+    assert list(got.node_output) == list(value)  # key order kept (json, not jsonb)
+    assert math.copysign(1.0, got.node_output["z"]) == -1.0
+    assert isinstance(got.node_output["a"][0], float) and isinstance(got.node_output["big"], float)
+    assert got.created_at.tzinfo is not None and got.created_at.utcoffset() == timedelta(0)
+    assert got.created_at.tzinfo == UTC
+
+
+async def test_nul_in_text_field_is_serialization_error(store: PostgresStore) -> None:
+    with pytest.raises(SerializationError) as info:
+        await store.append(row("r", 0, node_id="a\x00b"))
+    assert info.value.path == "$.node_id"
+    assert await store.history("r") == []
+
+
+async def test_run_exists_after_prune_removed_seq_zero(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    await store.append(row("r", 1))
+    await store.prune(timedelta(0))
+    with pytest.raises(RunExists):
+        await store.append(row("r", 0))
+
+
+# -- the message log across processes -----------------------------------------------------------
+
+
+async def _message_rows(schema: str) -> int:
+    conn = await asyncpg.connect(DSN)
+    try:
+        count: int = await conn.fetchval(f'SELECT count(*) FROM "{schema}".messages')
+        return count
+    finally:
+        await conn.close()
+
+
+async def test_resumed_run_in_new_store_does_not_copy_conversation(store: PostgresStore, schema: str) -> None:
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(10)]
+    await store.append(row("r", 0, msgs[:5]))
+    await store.append(row("r", 1, msgs[:8]))
+    other = PostgresStore(DSN, schema=schema)
+    try:
+        entry = await other.reentry("r")
+        assert entry.step.state_snapshot["messages"] == msgs[:8]
+        await other.append(row("r", 2, msgs))
+        assert await _message_rows(schema) == 10
+        assert [c.state_snapshot["messages"] for c in await other.history("r")] == [msgs[:5], msgs[:8], msgs]
+    finally:
+        await other.close()
+
+
+async def test_stale_log_memory_is_recovered(store: PostgresStore, schema: str) -> None:
+    msgs = [{"role": "user", "content": f"m{i}"} for i in range(6)]
+    await store.append(row("r", 0, msgs[:2]))
+    other = PostgresStore(DSN, schema=schema)
+    try:
+        await other.reentry("r")
+        await other.append(row("r", 1, msgs[:4]))  # extends the same log behind `store`'s back
+    finally:
+        await other.close()
+    # `store` still believes the log holds 2 messages; its write must not fail or corrupt.
+    await store.append(row("r", 2, [*msgs[:2], {"role": "user", "content": "other"}]))
+    got = [c.state_snapshot["messages"] for c in await store.history("r")]
+    assert got == [msgs[:2], msgs[:4], [*msgs[:2], {"role": "user", "content": "other"}]]
+
+
+async def test_prune_keeps_crashed_run_resumable(store: PostgresStore) -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    await store.append(row("r", 0, msgs))
+    await store.append(row("r", 1, msgs, node_id="turn:0/tool:t", step_type="tool_call"))
+    await store.append(
+        row("r", 2, msgs, node_id="turn:0/tool:t", step_type="recover", node_input={"reentry_seq": 1})
+    )
+    await store.append(row("r", 3, msgs, node_id="run_end", step_type="run_end", status="failed"))
+    await store.cache_put("r", "k", 1)
+    before = await store.reentry("r")
+    assert await store.prune(timedelta(0)) == 1  # only seq 0 goes
+    after = await store.reentry("r")
+    assert after == before and after.step.state_snapshot["messages"] == msgs
+    assert (await store.cache_get("r", "k")) is not None
+
+
+async def test_cache_put_first_writer_wins_under_race(store: PostgresStore) -> None:
+    results: list[Any] = []
+
+    async def put(i: int) -> None:
+        results.append(await store.cache_put("r", "k", {"writer": i}))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(put, i)
+    assert len({r["writer"] for r in results}) == 1
+    cached = await store.cache_get("r", "k")
+    assert cached is not None and cached.value == results[0]
+
+
+async def test_quarantine_is_one_statement_and_idempotent(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    await store.append(row("r", 1))
+    ids = [c.checkpoint_id for c in await store.fetch_unsynced(10)]
+    await store.mark_quarantined({})
+    await store.mark_quarantined({ids[0]: "bad"})
+    await store.mark_quarantined({ids[0]: "worse"})
+    assert await store.sync_state(ids[0]) == (True, "worse")
+    assert [c.checkpoint_id for c in await store.fetch_unsynced(10)] == ids[1:]
+    await store.mark_synced(ids[1:])
+    await store.mark_synced([])
+    assert await store.fetch_unsynced(10) == []
+
+
+# -- the ownership lock ------------------------------------------------------------------------
+
+
+async def test_advisory_lock_is_exclusive_between_stores(store: PostgresStore, schema: str) -> None:
+    other = PostgresStore(DSN, schema=schema)
+    try:
+        assert await store.try_lock("r")
+        assert not await store.try_lock("r")  # a second holder in the same store
+        assert not await other.try_lock("r")
+        assert await other.try_lock("s")
+        await store.unlock("r")
+        assert await other.try_lock("r")
+        await other.close()  # closing releases everything
+        assert await store.try_lock("r") and await store.try_lock("s")
+    finally:
+        await other.close()
+
+
+async def test_lock_is_scoped_by_schema(store: PostgresStore) -> None:
+    other = PostgresStore(DSN, schema=f"t_{uuid.uuid4().hex}")
+    try:
+        assert await store.try_lock("r")
+        assert await other.try_lock("r")
+    finally:
+        await other.close()
+
+
+async def test_lock_freed_when_holder_is_killed(store: PostgresStore, schema: str) -> None:
+    code = textwrap.dedent(
+        f"""
+        import anyio, sys
+        from stores import PostgresStore
+        async def main():
+            s = PostgresStore({DSN!r}, schema={schema!r})
+            assert await s.try_lock("r")
+            print("held", flush=True)
+            await anyio.sleep(60)
+        anyio.run(main)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    async with await anyio.open_process([sys.executable, "-c", code], cwd=ROOT, env=env) as proc:
+        assert proc.stdout is not None
+        with anyio.fail_after(30):
+            assert (await proc.stdout.receive()).startswith(b"held")
+        assert not await store.try_lock("r")
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        start = time.monotonic()
+        taken = await store.try_lock("r")
+        for _ in range(100):  # the server notices the dead socket at once; allow a little slack
+            if taken:
+                break
+            await anyio.sleep(0.01)
+            taken = await store.try_lock("r")
+        assert taken and time.monotonic() - start < 1
+
+
+def _closed_port() -> int:
+    """A TCP port on 127.0.0.1 that refuses connections (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
