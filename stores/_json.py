@@ -39,7 +39,11 @@ def encode(value: Any, *, path: str = "$", error: type[SerializationError] = Ser
         data = _encoder.encode(value)
     except (TypeError, ValueError, OverflowError):
         return _encoder.encode(normalize(value, path=path, error=error))
-    if _NUL_ESCAPE not in data and _WIDE_RUN not in data.translate(_DIGITS) and _decoder.decode(data) == value:
+    if (
+        _NUL_ESCAPE not in data
+        and _WIDE_RUN not in data.translate(_DIGITS)
+        and _decoder.decode(data) == value
+    ):
         return data
     return _encoder.encode(normalize(value, path=path, error=error))
 
