@@ -1,0 +1,62 @@
+"""Errors of durable runs: a missing runner or tool, a pause that needs a decision, a run out of turns.
+
+Each derives from :class:`stores._errors.TetherError` and names the run, runner or tool it is about,
+so a message read in a log says what to fix.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MaxTurnsExceeded", "ResumeRequired", "RunnerNotFound", "ToolNotFound"]
+
+from stores._errors import TetherError
+
+
+def _of_run(execution_id: str | None) -> str:
+    return f" (run {execution_id!r})" if execution_id else ""
+
+
+class RunnerNotFound(TetherError, LookupError):
+    """The rows name a runner (Agent, Swarm, Supervisor) this process was not given."""
+
+    def __init__(self, runner: str, *, execution_id: str | None = None) -> None:
+        super().__init__(
+            f"no runner named {runner!r} is registered in this ActorSystem{_of_run(execution_id)}; "
+            f"pass it in ActorSystem(runners=[...])"
+        )
+        self.runner = runner
+        self.execution_id = execution_id
+
+
+class ToolNotFound(TetherError, LookupError):
+    """A tool is looked up by a name the agent does not have (e.g. on resume after a rename)."""
+
+    def __init__(self, tool: str, *, agent: str | None = None, execution_id: str | None = None) -> None:
+        who = f"agent {agent!r}" if agent else "the agent"
+        super().__init__(f"{who} has no tool named {tool!r}{_of_run(execution_id)}")
+        self.tool = tool
+        self.agent = agent
+        self.execution_id = execution_id
+
+
+class ResumeRequired(TetherError):
+    """A paused run was resumed without a ``Resume``: a human decision is needed to go on."""
+
+    def __init__(self, execution_id: str, *, reason: str | None = None) -> None:
+        why = f" (reason: {reason!r})" if reason else ""
+        super().__init__(
+            f"run {execution_id!r} is paused{why}; resume it with a decision: "
+            f"system.resume({execution_id!r}, Resume(approved=...))"
+        )
+        self.execution_id = execution_id
+        self.reason = reason
+
+
+class MaxTurnsExceeded(TetherError):
+    """An agent used all of its ``max_turns`` model calls without a final answer."""
+
+    def __init__(self, max_turns: int, *, agent: str | None = None, execution_id: str | None = None) -> None:
+        who = f"agent {agent!r}" if agent else "the agent"
+        super().__init__(f"{who} reached max_turns={max_turns} without a final answer{_of_run(execution_id)}")
+        self.max_turns = max_turns
+        self.agent = agent
+        self.execution_id = execution_id
