@@ -93,7 +93,6 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             UNIQUE (execution_id, seq)
         )""",
         "CREATE INDEX IF NOT EXISTS checkpoints_unsynced ON checkpoints (id) WHERE synced = 0",
-        "CREATE INDEX IF NOT EXISTS checkpoints_created ON checkpoints (created_at)",
         """CREATE TABLE IF NOT EXISTS messages (
             execution_id TEXT NOT NULL,
             log_id TEXT NOT NULL,
@@ -277,19 +276,14 @@ class SQLiteStore:
         self._wconn = self._rconn = None
 
     async def _open(self, *, writer: bool) -> aiosqlite.Connection:
-        holder: list[sqlite3.Connection] = []
-
-        def connector() -> sqlite3.Connection:
-            conn = self._connect(writer=writer)
-            holder.append(conn)
-            return conn
-
-        conn = aiosqlite.Connection(connector, iter_chunk_size=64)
+        # Connect in a worker thread first, so a failure never leaves an aiosqlite thread behind.
+        raw = await anyio.to_thread.run_sync(functools.partial(self._connect, writer=writer))
+        conn = aiosqlite.Connection(lambda: raw, iter_chunk_size=64)
         await conn
         if writer:
-            self._wconn = holder[0]
+            self._wconn = raw
         else:
-            self._rconn = holder[0]
+            self._rconn = raw
         return conn
 
     def _connect(self, *, writer: bool) -> sqlite3.Connection:

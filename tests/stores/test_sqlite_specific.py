@@ -1,0 +1,315 @@
+"""What only the SQLite store promises: file settings, group commit, the message log, the OFD lock."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from stores import (
+    AlreadyResumed,
+    Checkpoint,
+    IncompatibleSchema,
+    PendingInterrupt,
+    RunExists,
+    RunNotFound,
+    SerializationError,
+    SQLiteStore,
+    StoreUnavailable,
+    WriteConflict,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def row(eid: str, seq: int, messages: list[dict[str, Any]] | None = None, **kw: Any) -> Checkpoint:
+    snapshot: dict[str, Any] = {"turn": seq}
+    if messages is not None:
+        snapshot["messages"] = messages
+    kw.setdefault("agent_path", "agent:a")
+    kw.setdefault("node_id", f"turn:{seq}")
+    return Checkpoint(execution_id=eid, seq=seq, runner="a", state_snapshot=snapshot, **kw)
+
+
+def msg(i: int) -> dict[str, Any]:
+    return {"role": "user", "content": f"message {i}"}
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def message_rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+
+
+async def test_files_are_private_and_settings_applied(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    try:
+        await store.append(row("r", 0))
+        assert await store.try_lock("r")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(f"{path}.locks").st_mode) == 0o600
+        pragmas = await store._read(
+            lambda c: (
+                c.execute("PRAGMA journal_mode").fetchone()[0],
+                c.execute("PRAGMA synchronous").fetchone()[0],
+            )
+        )
+        assert pragmas == ("wal", 2)  # synchronous=FULL
+    finally:
+        await store.close()
+
+
+async def test_not_a_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    content = b"these are my notes, not a database\n" * 100
+    path.write_bytes(content)
+    store = SQLiteStore(path)
+    with pytest.raises(StoreUnavailable, match=r"notes\.txt"):
+        await store.append(row("r", 0))
+    await store.close()
+    assert path.read_bytes() == content
+    assert not exists(f"{path}-wal")
+
+
+async def test_unopenable_path_is_unavailable(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "missing" / "dir" / "t.db")
+    with pytest.raises(StoreUnavailable, match="missing"):
+        await store.setup()
+    await store.close()
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    await store.setup()
+    await store.setup()
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 999")
+    store = SQLiteStore(path)
+    with pytest.raises(IncompatibleSchema, match="999"):
+        await store.setup()
+    await store.close()
+
+
+async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.setup()
+        before = store.transactions
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(store.append, row(f"run{i}", 0, [msg(i)]))
+        assert store.transactions - before < 64
+        for i in range(64):
+            history = await store.history(f"run{i}")
+            assert [r.state_snapshot["messages"] for r in history] == [[msg(i)]]
+    finally:
+        await store.close()
+
+
+async def test_a_conflict_in_a_batch_rolls_back_only_itself(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        original = row("taken", 0, [msg(0)])
+        await store.append(original)
+        results: dict[str, BaseException | None] = {}
+
+        async def put(r: Checkpoint) -> None:
+            try:
+                await store.append(r)
+                results[r.execution_id] = None
+            except Exception as exc:
+                results[r.execution_id] = exc
+
+        before = store.transactions
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(put, row(f"ok{i}", 0))
+            tg.start_soon(put, row("taken", 0, [msg(9)]))
+        assert store.transactions - before < 9
+        assert isinstance(results.pop("taken"), RunExists)
+        assert all(v is None for v in results.values())
+        assert await store.history("taken") == [original]
+        with pytest.raises(WriteConflict):
+            await store.append(row("taken", 1, checkpoint_id=original.checkpoint_id))
+    finally:
+        await store.close()
+
+
+async def test_messages_are_stored_once_and_survive_a_new_process(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    messages = [msg(0)]
+    for seq in range(5):
+        messages = [*messages, msg(seq + 1)]
+        await store.append(row("r", seq, messages))
+    await store.close()
+    assert message_rows(path) == 6
+
+    again = SQLiteStore(path)  # a new process: nothing in memory
+    try:
+        found = await again.reentry("r")
+        assert found.step.state_snapshot["messages"] == messages
+        await again.append(row("r", 5, [*messages, msg(99)]))
+        assert message_rows(path) == 7
+        assert (await again.latest("r")) is not None
+        assert (await again.history("r"))[-1].state_snapshot["messages"] == [*messages, msg(99)]
+    finally:
+        await again.close()
+
+
+async def test_a_failed_write_does_not_leave_a_gap_in_the_log(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.append(row("r", 0, [msg(0)]))
+        await store.append(row("r", 1, [msg(0), msg(1)]))
+        with pytest.raises(WriteConflict):  # seq 1 is taken: its new message must not count as stored
+            await store.append(row("r", 1, [msg(0), msg(1), msg(2)]))
+        await store.append(row("r", 2, [msg(0), msg(1), msg(2), msg(3)]))
+        rows = await store.history("r")
+        assert rows[-1].state_snapshot["messages"] == [msg(0), msg(1), msg(2), msg(3)]
+    finally:
+        await store.close()
+
+
+async def test_bad_json_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.append(row("r", 0, [msg(0)]))
+        before = store.transactions
+        with pytest.raises(SerializationError) as info:
+            await store.append(row("r", 1, [msg(0), {"role": "user", "content": float("nan")}]))
+        assert info.value.path == "$.state_snapshot.messages[1].content"
+        with pytest.raises(SerializationError):
+            await store.cache_put("r", "k", {1, 2})
+        assert store.transactions == before
+        assert len(await store.history("r")) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_claim_loser_pays_no_write_transaction(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.append(row("r", 0))
+        pause = row("r", 1, step_type="hitl_pause", status="interrupted")
+        await store.append_pause(pause, PendingInterrupt(execution_id="r", reason="approve?"))
+        claimed = await store.claim(row("r", 2, step_type="resume", node_input={"reentry_seq": 1}))
+        assert claimed.reason == "approve?"
+        before = store.transactions
+        with pytest.raises(AlreadyResumed, match="'r'"):
+            await store.claim(row("r", 3, step_type="resume"))
+        with pytest.raises(RunNotFound):
+            await store.claim(row("nobody", 0, step_type="resume"))
+        assert store.transactions == before
+    finally:
+        await store.close()
+
+
+async def test_racing_claims_have_one_winner(tmp_path: Path) -> None:
+    stores = [SQLiteStore(tmp_path / "t.db") for _ in range(4)]
+    try:
+        await stores[0].append(row("r", 0))
+        await stores[0].append_pause(
+            row("r", 1, step_type="hitl_pause", status="interrupted"),
+            PendingInterrupt(execution_id="r", reason="?"),
+        )
+        outcomes: list[str] = []
+
+        async def claim(i: int) -> None:
+            try:
+                await stores[i % 4].claim(row("r", 2, step_type="resume", node_input={"reentry_seq": 1}))
+                outcomes.append("won")
+            except AlreadyResumed:
+                outcomes.append("lost")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(claim, i)
+        assert sorted(outcomes) == ["lost"] * 19 + ["won"]
+        assert await stores[0].pending() == []
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_prune_keeps_what_reentry_reads(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        for seq in range(3):
+            await store.append(row("crashed", seq, [msg(i) for i in range(seq + 1)]))
+        await store.append(row("crashed", 3, step_type="recover", node_input={"reentry_seq": 1}))
+        await store.append(row("done", 0, [msg(0)]))
+        await store.append(row("done", 1, node_id="run_end", step_type="run_end"))
+        await store.cache_put("done", "k", 1)
+        await store.cache_put("crashed", "k", 1)
+        before = await store.reentry("crashed")
+        assert (
+            await store.prune(timedelta(0)) == 4
+        )  # crashed: seq 0 and 2 (1 and 3 re-entry reads); done: both
+        assert await store.reentry("crashed") == before
+        assert await store.history("done") == []
+        assert await store.cache_get("done", "k") is None
+        assert await store.cache_get("crashed", "k") is not None
+    finally:
+        await store.close()
+
+
+async def test_ownership_lock_in_process(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        assert await first.try_lock("r")
+        assert not await first.try_lock("r")
+        assert not await second.try_lock("r")
+        assert await second.try_lock("other")
+        await first.unlock("r")
+        assert await second.try_lock("r")
+        await second.close()  # releases both of its locks
+        assert await first.try_lock("r")
+        assert await first.try_lock("other")
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_outbox_round_trip(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        rows = [row("r", seq, [msg(i) for i in range(seq + 1)]) for seq in range(3)]
+        for r in rows:
+            await store.append(r)
+        assert await store.fetch_unsynced(10) == rows
+        await store.mark_synced([rows[0].checkpoint_id])
+        await store.mark_quarantined({rows[1].checkpoint_id: "poison"})
+        await store.mark_quarantined({})
+        assert await store.fetch_unsynced(10) == [rows[2]]
+        assert await store.sync_state(rows[1].checkpoint_id) == (True, "poison")
+        assert await store.sync_state("nope") is None
+
+        other = SQLiteStore(tmp_path / "other.db")
+        try:
+            assert await other.import_rows(rows) == 3
+            assert await other.import_rows(rows) == 0
+            assert await other.history("r") == rows
+            assert await other.fetch_unsynced(10) == []
+        finally:
+            await other.close()
+    finally:
+        await store.close()
