@@ -99,11 +99,35 @@ class ActorRef:
         :class:`ActorStopped`, or :class:`AskDeadlock` at once when an actor asks itself from its
         own task. An ask that timed out before the actor took it is skipped.
         """
-        if current_cell.get() is self._cell:
+        cell = self._cell
+        if current_cell.get() is cell:
             raise AskDeadlock(f"{self.id} asked itself from its own handler; the reply could never come")
         request = Ask(message)
+        try:
+            self._stream.send_nowait(request)
+        except WouldBlock:
+            return await self._ask_waiting(request, timeout)
+        except (BrokenResourceError, ClosedResourceError):
+            raise ActorStopped(f"{self.id} has stopped") from None
+        if not cell.runtime.deadlines.watch(request, timeout):
+            return await self._ask_waiting(request, timeout, sent=True)
+        try:
+            # Bounded: the runtime's deadline task fails the request with AskTimeout.
+            await request.event.wait()
+        except BaseException:
+            request.abandoned = True
+            raise
+        if request.error is not None:
+            if isinstance(request.error, AskTimeout):
+                raise AskTimeout(f"{self.id} did not answer within {timeout}s")
+            raise request.error
+        return request.value
+
+    async def _ask_waiting(self, request: Ask, timeout: float, *, sent: bool = False) -> Any:  # noqa: ASYNC109
+        """The slow path (mailbox full, or no runtime timer): one cancel scope bounds it all."""
         with anyio.move_on_after(timeout):
-            await self.send(request)
+            if not sent:
+                await self.send(request)
             await request.event.wait()
         if request.done:
             if request.error is not None:

@@ -17,6 +17,7 @@ import anyio
 import structlog
 
 from ._cell import Cell
+from ._deadlines import AskDeadlines
 from ._errors import ActorCrashed, ActorStopped, RestartIntensityExceeded
 from ._registry import Registry
 from ._supervision import ChildSpec, Supervision, SupervisionNode
@@ -46,6 +47,7 @@ class ActorRuntime:
         self.system = system
         self.root = SupervisionNode(supervision or Supervision(), None, self)
         self.registry = Registry(self)
+        self.deadlines = AskDeadlines()
         self.escalations: list[RestartIntensityExceeded] = []
         self.shutdown_timeout = shutdown_timeout
         self._tg: TaskGroup | None = None
@@ -69,6 +71,7 @@ class ActorRuntime:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self.deadlines.attach(tg)
         return self
 
     async def __aexit__(
@@ -99,6 +102,7 @@ class ActorRuntime:
             self._sweeper.cancel()
         with anyio.move_on_after(self.shutdown_timeout) as bound:
             await self.root.shutdown()
+        self.deadlines.close()
         if bound.cancelled_caught:
             _log.warning("actor_system.shutdown_timeout", live=len(self._cells))
 

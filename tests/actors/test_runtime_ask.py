@@ -154,3 +154,27 @@ async def test_asking_yourself_raises_at_once() -> None:
             with pytest.raises(ActorCrashed) as info:
                 await ref.ask(AskSelf(), timeout=3)
             assert isinstance(info.value.__cause__, AskDeadlock)
+
+
+@pytest.mark.anyio
+async def test_an_earlier_deadline_wakes_the_timer_and_full_mailbox_asks_time_out() -> None:
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            ref = await system.start(Calc(), mailbox_size=1)
+            async with anyio.create_task_group() as tg:
+
+                async def long_ask() -> None:
+                    with pytest.raises(ActorStopped):
+                        await ref.ask(Slow(10), timeout=4)
+
+                tg.start_soon(long_ask)  # taken by the handler: the timer sleeps toward +4 s
+                await anyio.sleep(0.01)
+                started = anyio.current_time()
+                with pytest.raises(AskTimeout):
+                    await ref.ask(Add(1), timeout=0.05)  # queued: the earlier deadline wakes the timer
+                assert anyio.current_time() - started < 1
+                with pytest.raises(MailboxFull):
+                    ref.send_nowait(Add(1))  # the abandoned ask still holds the one slot
+                with pytest.raises(AskTimeout):
+                    await ref.ask(Add(1), timeout=0.05)  # mailbox full: the slow path bounds it
+                await ref.stop(timeout=0.05)
