@@ -3,9 +3,9 @@
 How a write works. A caller encodes its row on the event loop (:meth:`MessageLogs.plan`, so a
 :class:`SerializationError` or :class:`RowTooLarge` is raised before anything is queued), then puts
 one operation on the write queue and awaits its own future. One drain task takes everything queued
-and runs it on the writer connection's thread in ONE hop: ``BEGIN IMMEDIATE``, a ``SAVEPOINT`` per
-operation (an operation that fails rolls back only itself and gets its own exception), one
-``COMMIT``. While that hop runs, new operations queue up and share the next commit.
+and runs it on the writer connection's thread in ONE hop: ``BEGIN IMMEDIATE``, the operations, one
+``COMMIT``. If an operation fails, the batch is re-run with a ``SAVEPOINT`` per operation, so the
+failure rolls back only itself and its caller gets its own exception. While that hop runs, new operations queue up and share the next commit.
 
 One hop per transaction: aiosqlite has no public "run this function on the connection thread", but
 its ``Connection._execute(fn)`` does exactly that (it is how every aiosqlite method is built, and has
@@ -418,29 +418,23 @@ class SQLiteStore:
                     op.future.set_exception(StoreUnavailable(f"the writer of {self.path!r} stopped"))
 
     def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
-        """One write transaction: a savepoint per operation, one commit (runs on the writer thread)."""
+        """One write transaction for the whole batch, one commit (runs on the writer thread).
+
+        Optimistic first: the operations run back to back. If one fails, the transaction is rolled
+        back and the batch re-run with a ``SAVEPOINT`` per operation, so the failure undoes only
+        itself (conflicts are rare; the common path saves two statements per operation).
+        """
         conn = self._w()
         self._begin(conn)
-        outcomes: list[tuple[bool, Any]] = []
         try:
-            if len(fns) == 1:
-                try:
-                    outcomes.append((True, fns[0](conn)))
-                except Exception as exc:
-                    conn.rollback()
+            try:
+                outcomes: list[tuple[bool, Any]] = [(True, fn(conn)) for fn in fns]
+            except Exception as exc:
+                conn.rollback()
+                if len(fns) == 1:
                     return [(False, exc)]
-            else:
-                for fn in fns:
-                    conn.execute("SAVEPOINT op")
-                    try:
-                        value = fn(conn)
-                    except Exception as exc:
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
-                        outcomes.append((False, exc))
-                    else:
-                        conn.execute("RELEASE op")
-                        outcomes.append((True, value))
+                self._begin(conn)
+                outcomes = [self._isolated(conn, fn) for fn in fns]
             self._commit(conn)
         except BaseException:
             if conn.in_transaction:
@@ -448,6 +442,19 @@ class SQLiteStore:
             raise
         self.transactions += 1
         return outcomes
+
+    @staticmethod
+    def _isolated(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any]) -> tuple[bool, Any]:
+        """Run one operation under a savepoint: its failure rolls back only itself."""
+        conn.execute("SAVEPOINT op")
+        try:
+            value = fn(conn)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+            return False, exc
+        conn.execute("RELEASE op")
+        return True, value
 
     # ------------------------------------------------------------------ reads (one hop each)
 
