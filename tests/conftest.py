@@ -1,0 +1,122 @@
+"""Shared fixtures: the anyio backend, a fresh PostgreSQL schema per test, a SQLite path per test.
+
+PostgreSQL: ``postgresql://postgres@127.0.0.1:5432/test`` unless ``TETHER_PG_DSN`` says otherwise.
+When it is unreachable the PostgreSQL tests skip, or FAIL when ``REQUIRE_POSTGRES=1`` (as in CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import asyncpg
+import pytest
+
+from stores import PostgresStore, SQLiteStore, Store
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def pg_base_dsn() -> str:
+    """The DSN of the test database (``TETHER_PG_DSN`` overrides the default)."""
+    return os.environ.get("TETHER_PG_DSN", DEFAULT_PG_DSN)
+
+
+def postgres_missing(reason: str) -> None:
+    """Skip, or fail when ``REQUIRE_POSTGRES=1``: PostgreSQL is needed and not there."""
+    message = f"PostgreSQL is unreachable at {pg_base_dsn()}: {reason}"
+    if os.environ.get("REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"{message} (REQUIRE_POSTGRES=1, so this is a failure, not a skip)", pytrace=False)
+    pytest.skip(message)
+
+
+async def _pg_connect() -> asyncpg.Connection:
+    return await asyncpg.connect(pg_base_dsn(), timeout=5)
+
+
+def _pg_run(sql: str) -> None:
+    async def run() -> None:
+        conn = await _pg_connect()
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def drop_pg_schema(schema: str) -> None:
+    """Drop a schema of the test database (and everything in it)."""
+    _pg_run(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+class PgSchema(NamedTuple):
+    """A fresh schema in the test database."""
+
+    dsn: str
+    schema: str
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[PgSchema]:
+    """A fresh schema name ``t_<uuid hex>`` (the store's setup creates it), dropped afterwards.
+
+    A plain (sync) fixture so that sync tests (hypothesis state machines) can use it too.
+    """
+    try:
+        _pg_run("SELECT 1")
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        postgres_missing(f"{type(exc).__name__}: {exc}")
+    schema = f"t_{uuid.uuid4().hex}"
+    try:
+        yield PgSchema(pg_base_dsn(), schema)
+    finally:
+        drop_pg_schema(schema)
+
+
+@pytest.fixture
+def pg_dsn(pg_schema: PgSchema) -> str:
+    """The DSN of the test database (its schema for this test is ``pg_schema.schema``)."""
+    return pg_schema.dsn
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Iterator[Path]:
+    """A path for a fresh SQLite database in the test's temporary directory."""
+    yield tmp_path / "tether.db"
+
+
+class Backend(NamedTuple):
+    """Where a test's stores live: ``sqlite`` (a file) or ``postgres`` (a DSN and a schema)."""
+
+    name: str
+    target: str
+    schema: str = ""
+
+    def open(self, **options: Any) -> Store:
+        """A new store instance (not set up) on this backend's database."""
+        if self.name == "sqlite":
+            return SQLiteStore(self.target, **options)
+        return PostgresStore(self.target, schema=self.schema, **options)
+
+    def child_args(self) -> list[str]:
+        """How a child process names this database: backend, target, schema."""
+        return [self.name, self.target, self.schema or "-"]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each test that takes it runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "tether.db"))
+    pg: PgSchema = request.getfixturevalue("pg_schema")
+    return Backend("postgres", pg.dsn, pg.schema)

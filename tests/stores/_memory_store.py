@@ -1,0 +1,322 @@
+"""A plain in-memory store: the model the stateful test compares backends with.
+
+It follows the protocol docstrings and rule 10 literally and keeps everything in dicts; it also
+runs the conformance suite (tests/stores/test_conformance.py), which checks the suite itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs
+from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
+from stores._json import encode, normalize
+from stores._model import (
+    COMPLETED,
+    RUN_END,
+    Cached,
+    Checkpoint,
+    PendingInterrupt,
+    ReEntry,
+    utcnow,
+)
+from stores._reentry import resolve_forkable, resolve_reentry
+
+__all__ = ["MemoryDatabase", "MemoryStore"]
+
+SCHEMA_VERSION = 1
+
+
+class MemoryDatabase:
+    """What a database file would hold; shared by every :class:`MemoryStore` opened on it."""
+
+    def __init__(self) -> None:
+        self.schema_version = 0
+        self.rows: dict[str, dict[int, Checkpoint]] = {}
+        self.ids: dict[str, tuple[str, int]] = {}
+        self.order: dict[str, int] = {}
+        self.sync: dict[str, tuple[bool, str | None]] = {}
+        self.pending: dict[str, PendingInterrupt] = {}
+        self.cache: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self.locks: dict[str, int] = {}
+        self.counter = itertools.count()
+
+
+_instances = itertools.count(1)
+
+
+def _norm_row(row: Checkpoint) -> Checkpoint:
+    return Checkpoint(
+        execution_id=row.execution_id,
+        seq=row.seq,
+        runner=row.runner,
+        node_id=row.node_id,
+        step_index=row.step_index,
+        step_type=row.step_type,
+        status=row.status,
+        state_snapshot=normalize(row.state_snapshot),
+        node_input=normalize(row.node_input),
+        node_output=normalize(row.node_output),
+        interrupt_reason=row.interrupt_reason,
+        interrupt_context=normalize(row.interrupt_context),
+        agent_path=row.agent_path,
+        parent_checkpoint_id=row.parent_checkpoint_id,
+        checkpoint_id=row.checkpoint_id,
+        created_at=row.created_at,
+    )
+
+
+class MemoryStore:
+    """An in-memory :class:`~stores.Store` and :class:`~stores.ReplicatedStore`."""
+
+    def __init__(
+        self, db: MemoryDatabase | None = None, *, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+    ) -> None:
+        self.db = db if db is not None else MemoryDatabase()
+        self._logs = MessageLogs(max_row_bytes=max_row_bytes)
+        self._me = next(_instances)
+
+    async def setup(self) -> None:
+        if self.db.schema_version > SCHEMA_VERSION:
+            raise IncompatibleSchema(
+                f"schema version {self.db.schema_version} is newer than {SCHEMA_VERSION}"
+            )
+        self.db.schema_version = SCHEMA_VERSION
+
+    async def close(self) -> None:
+        for eid in [e for e, owner in self.db.locks.items() if owner == self._me]:
+            del self.db.locks[eid]
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def _check(self, row: Checkpoint) -> Checkpoint:
+        """Validate like a backend (JSON rule, size of the new content); remember the log on success."""
+        try:
+            self._logs.plan(row)
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        return _norm_row(row)
+
+    def _conflict(self, row: Checkpoint) -> None:
+        run = self.db.rows.get(row.execution_id, {})
+        if row.seq == 0 and run:
+            raise RunExists(f"run {row.execution_id!r} already has rows")
+        if row.seq in run or row.checkpoint_id in self.db.ids:
+            raise WriteConflict(f"seq {row.seq} or checkpoint {row.checkpoint_id!r} is taken")
+
+    def _insert(self, row: Checkpoint, *, synced: bool = False) -> None:
+        self.db.rows.setdefault(row.execution_id, {})[row.seq] = row
+        self.db.ids[row.checkpoint_id] = (row.execution_id, row.seq)
+        self.db.order[row.checkpoint_id] = next(self.db.counter)
+        self.db.sync[row.checkpoint_id] = (synced, None)
+
+    async def append(self, row: Checkpoint) -> None:
+        self._conflict(row)
+        stored = self._check(row)
+        self._insert(stored)
+        if stored.step_type == RUN_END:
+            self.db.pending.pop(stored.execution_id, None)
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        self._conflict(row)
+        if row.execution_id in self.db.pending:
+            raise WriteConflict(f"run {row.execution_id!r} is already paused")
+        try:
+            context = normalize(pending.context, path="$.context")
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        stored = self._check(row)
+        self._insert(stored)
+        self.db.pending[stored.execution_id] = PendingInterrupt(
+            execution_id=pending.execution_id,
+            reason=pending.reason,
+            context=context,
+            node_id=pending.node_id,
+            agent_path=pending.agent_path,
+            created_at=pending.created_at,
+        )
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        eid = row.execution_id
+        if not self.db.rows.get(eid):
+            raise RunNotFound(f"run {eid!r} has no checkpoints")
+        if eid not in self.db.pending:
+            raise AlreadyResumed(f"run {eid!r} has no pending interrupt to claim")
+        self._conflict(row)
+        stored = self._check(row)
+        self._insert(stored)
+        return self.db.pending.pop(eid)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _sorted(self, eid: str) -> list[Checkpoint]:
+        run = self.db.rows.get(eid, {})
+        return [run[s] for s in sorted(run)]
+
+    async def _row_at(self, eid: str, seq: int) -> Checkpoint | None:
+        return self.db.rows.get(eid, {}).get(seq)
+
+    async def _row_before(self, eid: str, seq: int) -> Checkpoint | None:
+        below = [r for r in self._sorted(eid) if r.seq < seq]
+        return below[-1] if below else None
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        rows = self._sorted(execution_id)
+        return rows[-1] if rows else None
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        return await resolve_reentry(
+            execution_id,
+            await self.latest(execution_id),
+            lambda s: self._row_at(execution_id, s),
+            lambda s: self._row_before(execution_id, s),
+        )
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        named = await self.get(execution_id, checkpoint_id) if checkpoint_id is not None else None
+        return await resolve_forkable(
+            execution_id,
+            await self.latest(execution_id),
+            named,
+            checkpoint_id,
+            lambda s: self._row_at(execution_id, s),
+            lambda s: self._row_before(execution_id, s),
+        )
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        where = self.db.ids.get(checkpoint_id)
+        if where is None or where[0] != execution_id:
+            return None
+        return self.db.rows[where[0]][where[1]]
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        return self._sorted(execution_id)
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        found = [p for e, p in self.db.pending.items() if execution_id is None or e == execution_id]
+        return sorted(found, key=lambda p: p.created_at, reverse=True)
+
+    # -- deletes ---------------------------------------------------------------------------------
+
+    def _drop(self, row: Checkpoint) -> None:
+        del self.db.rows[row.execution_id][row.seq]
+        if not self.db.rows[row.execution_id]:
+            del self.db.rows[row.execution_id]
+        for table in (self.db.ids, self.db.order, self.db.sync):
+            table.pop(row.checkpoint_id, None)
+
+    async def delete_run(self, execution_id: str) -> int:
+        rows = self._sorted(execution_id)
+        for row in rows:
+            self._drop(row)
+        self.db.pending.pop(execution_id, None)
+        for key in [k for k in self.db.cache if k[0] == execution_id]:
+            del self.db.cache[key]
+        return len(rows)
+
+    async def prune(self, older_than: timedelta) -> int:
+        cutoff = utcnow() - older_than
+        deleted = 0
+        for eid in list(self.db.rows):
+            rows = self._sorted(eid)
+            newest = rows[-1]
+            if newest.step_type == RUN_END and newest.status == COMPLETED:
+                doomed = [r for r in rows if r.created_at < cutoff]
+                for key in [k for k, (_, at) in self.db.cache.items() if k[0] == eid and at < cutoff]:
+                    del self.db.cache[key]
+            else:
+                keep = await self._reentry_chain(eid, rows)
+                doomed = [
+                    r for r in rows if r.status == COMPLETED and r.created_at < cutoff and r.seq not in keep
+                ]
+            for row in doomed:
+                self._drop(row)
+            deleted += len(doomed)
+        return deleted
+
+    async def _reentry_chain(self, eid: str, rows: list[Checkpoint]) -> set[int]:
+        keep = {rows[-1].seq}
+        non_markers = [r for r in rows if r.step_type != RUN_END]
+        if non_markers:
+            keep.add(non_markers[-1].seq)
+        visited: list[int] = []
+
+        async def row_at(seq: int) -> Checkpoint | None:
+            row = await self._row_at(eid, seq)
+            if row is not None:
+                visited.append(seq)
+            return row
+
+        async def row_before(seq: int) -> Checkpoint | None:
+            row = await self._row_before(eid, seq)
+            if row is not None:
+                visited.append(row.seq)
+            return row
+
+        try:
+            await resolve_reentry(eid, rows[-1], row_at, row_before)
+        except Exception:
+            pass
+        return keep | set(visited)
+
+    # -- cache -----------------------------------------------------------------------------------
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        hit = self.db.cache.get((execution_id, key))
+        return None if hit is None else Cached(hit[0])
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        encode(value)
+        normal = normalize(value)
+        hit = self.db.cache.setdefault((execution_id, key), (normal, utcnow()))
+        return hit[0]
+
+    # -- ownership lock --------------------------------------------------------------------------
+
+    async def try_lock(self, execution_id: str) -> bool:
+        owner = self.db.locks.get(execution_id)
+        if owner is None:
+            self.db.locks[execution_id] = self._me
+            return True
+        return False
+
+    async def unlock(self, execution_id: str) -> None:
+        if self.db.locks.get(execution_id) == self._me:
+            del self.db.locks[execution_id]
+
+    # -- outbox ----------------------------------------------------------------------------------
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        ids = sorted((i for i, (s, _) in self.db.sync.items() if not s), key=self.db.order.__getitem__)
+        out = []
+        for cid in ids[:limit]:
+            eid, seq = self.db.ids[cid]
+            out.append(self.db.rows[eid][seq])
+        return out
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        for cid in checkpoint_ids:
+            if cid in self.db.sync:
+                self.db.sync[cid] = (True, self.db.sync[cid][1])
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        for cid, reason in reasons.items():
+            if cid in self.db.sync:
+                self.db.sync[cid] = (True, reason)
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        return self.db.sync.get(checkpoint_id)
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        inserted = 0
+        for row in rows:
+            if row.checkpoint_id in self.db.ids or row.seq in self.db.rows.get(row.execution_id, {}):
+                continue
+            self._insert(self._check(row), synced=True)
+            inserted += 1
+        return inserted

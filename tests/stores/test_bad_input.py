@@ -1,0 +1,172 @@
+"""Bad input gets a clear typed error, and nothing stored is lost or half-written."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import Backend, pg_base_dsn
+
+from stores import (
+    Cached,
+    Checkpoint,
+    PostgresStore,
+    RowTooLarge,
+    RunNotFound,
+    SerializationError,
+    SQLiteStore,
+    Store,
+    StoreUnavailable,
+)
+from stores._model import HITL_PAUSE, INTERRUPTED, REENTRY_SEQ, RESUME
+from stores.testing import make_message, make_pending, make_row
+
+pytestmark = pytest.mark.anyio
+
+BAD: list[tuple[str, Any]] = [
+    ("nan", math.nan),
+    ("inf", math.inf),
+    ("bytes", b"\xff"),
+    ("set", {1}),
+    ("datetime", datetime(2024, 1, 1, tzinfo=UTC)),
+    ("int-key", {7: "x"}),
+    ("nul", "a\x00"),
+    ("int-over-64-bits", 2**70),
+    ("object", object()),
+]
+IDS = [b[0] for b in BAD]
+
+
+async def _seeded(backend: Backend, **options: Any) -> tuple[Store, list[Checkpoint]]:
+    store = backend.open(**options)
+    await store.setup()
+    rows = [make_row("run", 0, messages=[make_message(0)]), make_row("run", 1, messages=[make_message(0)])]
+    for row in rows:
+        await store.append(row)
+    await store.cache_put("run", "k", {"kept": True})
+    return store, rows
+
+
+async def _unchanged(store: Store, rows: list[Checkpoint]) -> None:
+    assert await store.history("run") == rows
+    assert await store.cache_get("run", "k") == Cached({"kept": True})
+
+
+@pytest.mark.parametrize(("label", "value"), BAD, ids=IDS)
+async def test_every_refused_value_everywhere(store_backend: Backend, label: str, value: Any) -> None:
+    store, rows = await _seeded(store_backend)
+    try:
+        with anyio.fail_after(30):
+            msgs = [make_message(0), make_message(1), {"role": "tool", "content": value}]
+            with pytest.raises(SerializationError) as info:
+                await store.append(make_row("run", 2, messages=msgs))
+            assert info.value.path == "$.state_snapshot.messages[2].content", label
+            await _unchanged(store, rows)
+            with pytest.raises(SerializationError) as info:
+                await store.append(make_row("run", 2, node_input={"x": value}))
+            assert info.value.path == "$.node_input.x"
+            await _unchanged(store, rows)
+            pause = make_row("run", 2, "turn:1/tool:t", step_type=HITL_PAUSE, status=INTERRUPTED)
+            with pytest.raises(SerializationError) as info:
+                await store.append_pause(pause, make_pending("run", pause, context={"c": [value]}))
+            assert info.value.path == "$.context.c[0]"
+            await _unchanged(store, rows)
+            assert await store.pending("run") == []
+            pending = make_pending("run", pause)
+            await store.append_pause(pause, pending)
+            rows.append(pause)
+            claim = make_row("run", 3, step_type=RESUME, node_input={REENTRY_SEQ: 2, "resume": {"v": value}})
+            with pytest.raises(SerializationError) as info:
+                await store.claim(claim)
+            assert info.value.path == "$.node_input.resume.v"
+            await _unchanged(store, rows)
+            assert await store.pending("run") == [pending]
+            with pytest.raises(SerializationError):
+                await store.cache_put("run", "k2", {"v": value})
+            assert await store.cache_get("run", "k2") is None
+            await _unchanged(store, rows)
+            good = make_row("run", 3, messages=[make_message(0), make_message(1)])
+            await store.append(good)
+            assert await store.history("run") == [*rows, good]
+    finally:
+        await store.close()
+
+
+async def test_unknown_runs_raise_run_not_found_naming_the_run(store_backend: Backend) -> None:
+    store, rows = await _seeded(store_backend)
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(RunNotFound, match="no-such-run-42"):
+                await store.claim(make_row("no-such-run-42", 1, step_type=RESUME))
+            with pytest.raises(RunNotFound, match="no-such-run-42"):
+                await store.reentry("no-such-run-42")
+            with pytest.raises(RunNotFound, match="no-such-run-42"):
+                await store.forkable("no-such-run-42")
+            assert await store.history("no-such-run-42") == []
+            await _unchanged(store, rows)
+    finally:
+        await store.close()
+
+
+async def test_row_over_the_size_limit(store_backend: Backend) -> None:
+    store, rows = await _seeded(store_backend, max_row_bytes=2048)
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(RowTooLarge) as info:
+                await store.append(make_row("run", 2, messages=[make_message(0), make_message(1, size=4000)]))
+            assert isinstance(info.value, SerializationError) and "2048" in str(info.value)
+            with pytest.raises(RowTooLarge):
+                await store.append(make_row("run", 2, node_output={"blob": "z" * 4000}))
+            await _unchanged(store, rows)
+            good = make_row("run", 2, messages=[make_message(0), make_message(1)])
+            await store.append(good)
+            assert await store.history("run") == [*rows, good]
+    finally:
+        await store.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.postgres
+async def test_unreachable_dsn_is_store_unavailable_quickly() -> None:
+    dsn = f"postgresql://postgres@127.0.0.1:{_closed_port()}/test"
+    store = PostgresStore(dsn, schema="t_unreachable")
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(StoreUnavailable):
+                await store.setup()
+    finally:
+        with anyio.move_on_after(5):
+            await store.close()
+    assert time.monotonic() - started < 10
+    assert pg_base_dsn()  # the good DSN is untouched by this test
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b"not a database, just notes\n" * 40])
+async def test_a_file_that_is_not_sqlite_is_store_unavailable(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(content)
+    store = SQLiteStore(path)
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(StoreUnavailable):
+                await store.setup()
+            with pytest.raises(StoreUnavailable):
+                await store.append(make_row("run", 0))
+    finally:
+        with anyio.move_on_after(5):
+            await store.close()
+    assert path.read_bytes() == content
