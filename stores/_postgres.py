@@ -25,6 +25,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 
 from ._codec import (
@@ -196,6 +197,32 @@ WITH r AS (
     RETURNING execution_id, log_id
 ), {_INSERT_MESSAGES}
 SELECT count(*) FROM r""",
+    "batch": f"""
+WITH v AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
+        $7::text[], $8::text[], $9::json[], $10::text[], $11::integer[], $12::json[], $13::json[],
+        $14::text[], $15::json[], $16::text[], $17::text[], $18::timestamptz[], $19::integer[])
+        WITH ORDINALITY AS v({_COLS}, prior, ord)
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {", ".join(f"v.{c.strip()}" for c in _COLS.split(","))}
+    FROM v
+    -- LATERAL ... LIMIT 1: index probes per row, never a hashed scan of a whole table.
+    LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.checkpoints e
+                       WHERE e.execution_id = v.execution_id LIMIT 1) AS run ON true
+    LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.messages g WHERE g.execution_id = v.execution_id
+                       AND g.log_id = v.log_id AND g.idx = v.prior - 1 LIMIT 1) AS log ON true
+    WHERE (v.seq <> 0 OR run.found IS NULL) AND (v.prior = 0 OR log.found IS NOT NULL)
+    ORDER BY v.ord
+    ON CONFLICT DO NOTHING
+    RETURNING checkpoint_id, execution_id, log_id, step_type
+), m AS (
+    INSERT INTO {{s}}.messages (execution_id, log_id, idx, body)
+    SELECT r.execution_id, r.log_id, b.idx, b.body
+    FROM r JOIN unnest($20::text[], $21::integer[], $22::json[]) AS b(checkpoint_id, idx, body)
+        ON b.checkpoint_id = r.checkpoint_id
+), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
+SELECT checkpoint_id FROM r""",
     "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
     "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
     "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
@@ -297,6 +324,7 @@ class PostgresStore:
         max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
         connect_timeout: float = 10.0,
         lock_keepalive_idle: int = 5,
+        max_flushers: int = 2,
     ) -> None:
         if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
             raise StoreError(
@@ -318,6 +346,9 @@ class PostgresStore:
         self._lock_guard = anyio.Lock()
         self._held: dict[str, int] = {}
         self._closed = False
+        self._queue: list[_Queued] = []
+        self._flushers = 0
+        self._max_flushers = max_flushers
 
     def __repr__(self) -> str:
         return f"PostgresStore({_describe(self.dsn)}, schema={self.schema!r})"
@@ -357,7 +388,11 @@ class PostgresStore:
                     init=_init_connection,
                     reset=_no_reset,
                     timeout=self._connect_timeout,
-                    server_settings={"synchronous_commit": "on", "application_name": "tether"},
+                    server_settings={
+                        "synchronous_commit": "on",
+                        "application_name": "tether",
+                        "plan_cache_mode": "force_generic_plan",
+                    },
                 )
         except _CONNECT_ERRORS as exc:
             raise _unavailable(self.dsn, exc) from None
@@ -417,8 +452,88 @@ class PostgresStore:
     # -- writes -------------------------------------------------------------------------------
 
     async def append(self, row: Checkpoint) -> None:
-        """Append ``row`` (one statement; a ``run_end`` also deletes the pending row)."""
-        await self._write("append", row, ())
+        """Append ``row``; a ``run_end`` also deletes the pending row.
+
+        Group commit: concurrent appends (of any runs) are written by one statement and one commit
+        on one connection, each caller awaiting its own outcome. A caller that finds fewer than
+        ``max_flushers`` batches in flight writes the queue itself; the others wait and are handed
+        the lead when a flusher finishes. A lone appender writes its row at once.
+        """
+        item = _Queued(row, self._plan(row))
+        try:
+            pool = await self._ready()
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        self._queue.append(item)
+        if self._flushers < self._max_flushers:
+            self._flushers += 1
+            item.lead = True
+        else:
+            try:
+                await item.wake.wait()
+            except BaseException:
+                self._abandon(item)
+                raise
+        if item.lead:
+            try:
+                await self._flush_until(pool, item)
+            finally:
+                self._flushers -= 1
+                self._hand_off()
+        if item.error is not None:
+            raise item.error
+
+    async def _flush_until(self, pool: asyncpg.Pool, item: _Queued) -> None:
+        """Write queued batches until ``item`` is done (it may be in another flusher's batch)."""
+        # Let appenders that are ready to run queue their rows first, so they share this commit.
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+        while not item.done.is_set():
+            if not self._queue:
+                await item.done.wait()
+                return
+            batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+            with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
+                await self._flush(pool, batch)
+
+    async def _flush(self, pool: asyncpg.Pool, batch: list[_Queued]) -> None:
+        written: set[str] = set()
+        if len(batch) > 1:
+            try:
+                with self._lost():
+                    recs = await pool.fetch(self._sql["batch"], *_batch_args(batch))
+                written = {rec[0] for rec in recs}
+            except (asyncpg.PostgresError, StoreUnavailable):
+                written = set()  # e.g. two stale writers of one log in the batch: go one by one
+        for item in batch:
+            if item.row.checkpoint_id in written:
+                item.finish(None)
+                continue
+            try:  # refused (or a batch of one): the single statement gives the exact outcome
+                await self._write_planned("append", item.row, item.plan, ())
+                item.finish(None)
+            except Exception as exc:
+                item.finish(exc)
+
+    def _hand_off(self) -> None:
+        """Give a free flusher slot to the oldest waiting appender."""
+        for waiting in self._queue:
+            if self._flushers >= self._max_flushers:
+                return
+            if not waiting.lead:
+                waiting.lead = True
+                self._flushers += 1
+                waiting.wake.set()
+                return
+
+    def _abandon(self, item: _Queued) -> None:
+        """A waiting appender was cancelled: drop its row if not yet taken, pass on its lead."""
+        if item in self._queue:
+            self._queue.remove(item)
+        self._logs.forget(item.row.execution_id)
+        if item.lead:  # the slot reserved for it was never used
+            self._flushers -= 1
+            self._hand_off()
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         """Append the interrupted row and the pending row in one statement."""
@@ -434,8 +549,11 @@ class PostgresStore:
 
     async def _write(self, kind: str, row: Checkpoint, extra: tuple[Any, ...]) -> None:
         plan = self._plan(row)
-        pool = await self._ready()
+        await self._write_planned(kind, row, plan, extra)
+
+    async def _write_planned(self, kind: str, row: Checkpoint, plan: _Plan, extra: tuple[Any, ...]) -> None:
         try:
+            pool = await self._ready()
             if await self._run(pool, kind, row, plan, extra):
                 return
             # Nothing inserted: the run exists (seq 0), or our memory of its log is stale. Re-plan
@@ -805,6 +923,44 @@ def _args(plan: _Plan) -> tuple[Any, ...]:
     if append is not None:
         return (*stored, append.bodies, append.start, append.start)
     return (*stored, [], 0, stored.message_count if stored.log_id is not None else 0)
+
+
+_MAX_BATCH: Final = 256
+
+
+class _Queued:
+    """One caller's append waiting in the group-commit queue."""
+
+    __slots__ = ("done", "error", "lead", "plan", "row", "wake")
+
+    def __init__(self, row: Checkpoint, plan: _Plan) -> None:
+        self.row = row
+        self.plan = plan
+        self.lead = False
+        self.error: Exception | None = None
+        self.wake = anyio.Event()  # set when done, or when handed the lead
+        self.done = anyio.Event()
+
+    def finish(self, error: Exception | None) -> None:
+        self.error = error
+        self.done.set()
+        self.wake.set()
+
+
+def _batch_args(batch: Sequence[_Queued]) -> list[list[Any]]:
+    """Column arrays for the ``batch`` statement: 18 row columns, the log guard, the messages."""
+    columns: list[list[Any]] = [[] for _ in range(22)]
+    for item in batch:
+        stored, append = item.plan
+        for i, value in enumerate(stored):
+            columns[i].append(value)
+        *_, prior = _args(item.plan)
+        columns[18].append(prior)
+        if append is not None:
+            columns[19].extend([stored.checkpoint_id] * len(append.bodies))
+            columns[20].extend(range(append.start, append.start + len(append.bodies)))
+            columns[21].extend(append.bodies)
+    return columns
 
 
 def _key(schema: str, name: str) -> int:
