@@ -8,6 +8,9 @@ Design (see DESIGN.md, "Where we go beyond the reference"):
 * Every write is ONE statement: a data-modifying CTE that inserts the row, its new messages and (for a
   pause) the pending row, or deletes the pending row (claim, ``run_end``). A statement is atomic, so
   no explicit transaction and no extra round trip is needed.
+* Group commit: concurrent appends of many runs go out as ONE multi-row statement and one commit
+  (each caller still gets its own outcome; a refused row is retried alone for its exact error).
+  Sessions use ``plan_cache_mode=force_generic_plan`` so these CTEs are not re-planned per call.
 * The pool's reset-on-release is a no-op (asyncpg still rolls back a connection left in a
   transaction): our statements leave no session state, and session settings live in
   ``server_settings``, so a release costs no round trip.
