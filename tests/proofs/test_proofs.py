@@ -84,6 +84,7 @@ KEY_LINES: dict[int, list[str]] = {
         "run raised: status=failed · error='RuntimeError: provider returned 503'",
         "last row: #3  run_end                step=run_end    status=failed",
         "resume → status: completed · charges: [{'order': '1042', 'amount': 20}] · tool re-runs: 0",
+        "with a Resume → completed · charges [{'order': '1042', 'amount': 50000, 'approver': 'alice'}]",
         "fork → new id: True status=completed · original rows: 4 → 4",
         "fork from the marker → CheckpointError",
         "status: paused · pending before: ['cancel-1'] · after cancel: []",

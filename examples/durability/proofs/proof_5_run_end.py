@@ -18,7 +18,7 @@ from datetime import timedelta
 from _harness import Proof, frozen, history, main, outcome, row_line, shape
 from _refund import AGENTS, ANSWER, KNOBS, ORDER, charges, events
 
-from actors import ActorSystem, AlreadyResumed, CheckpointError, Resume, RunResult
+from actors import ActorSystem, AlreadyResumed, CheckpointError, Resume, ResumeRequired, RunResult
 
 SMALL = f"Refund order {ORDER} for 20"
 LARGE = f"Refund order {ORDER} for 50000"
@@ -165,6 +165,23 @@ async def body(proof: Proof, system: ActorSystem) -> None:
             "the rows before the marker are untouched",
         )
         proof.check(charges("cancel-1") == [], "nothing was charged")
+        # Rule 11: a cancelled run can be resumed like any failed run. Past its marker it re-enters the
+        # pause, which needs a decision again (a new pause, or ResumeRequired); approving finishes it.
+        try:
+            again: RunResult | BaseException = await system.resume("cancel-1", timeout=30)
+        except ResumeRequired as exc:
+            again = exc
+        finished = await attempt(system.resume("cancel-1", APPROVE, timeout=30))
+        proof.say(
+            f"resume after cancel → {outcome(again)}; with a Resume → {outcome(finished)} · "
+            f"charges {charges('cancel-1')}"
+        )
+        proof.check(
+            outcome(again) in ("paused", "ResumeRequired")
+            and outcome(finished) == "completed"
+            and len(charges("cancel-1")) == 1,
+            "the cancelled run resumes like a failed one: it asks for the decision again, then completes, one charge",
+        )
 
     with proof.section("prune keeps every pause, every failed and every crashed run resumable"):
         ref = await system.spawn(bot, LARGE, execution_id="prune-paused")
