@@ -152,7 +152,7 @@ class Cell:
     def stop_normally(self) -> None:
         self.request(ExitReason.NORMAL)
 
-    async def stop(self, *, timeout: float | None, drain: bool) -> None:  # noqa: ASYNC109
+    async def stop(self, *, timeout: float | None, drain: bool) -> None:
         if self.done:
             return
         self.request(

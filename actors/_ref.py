@@ -91,7 +91,7 @@ class ActorRef:
         except (BrokenResourceError, ClosedResourceError):
             raise ActorStopped(f"{self.id} has stopped") from None
 
-    async def ask(self, message: object, *, timeout: float) -> Any:  # noqa: ASYNC109 (contract)
+    async def ask(self, message: object, *, timeout: float) -> Any:
         """Send ``message`` and return what the actor's ``receive`` returned for it.
 
         ``timeout`` bounds the whole exchange, including waiting for mailbox room. Raises
@@ -123,7 +123,7 @@ class ActorRef:
             raise request.error
         return request.value
 
-    async def _ask_waiting(self, request: Ask, timeout: float, *, sent: bool = False) -> Any:  # noqa: ASYNC109
+    async def _ask_waiting(self, request: Ask, timeout: float, *, sent: bool = False) -> Any:
         """The slow path (mailbox full, or no runtime timer): one cancel scope bounds it all."""
         with anyio.move_on_after(timeout):
             if not sent:
@@ -136,7 +136,7 @@ class ActorRef:
         request.abandoned = True
         raise AskTimeout(f"{self.id} did not answer within {timeout}s")
 
-    async def stop(self, *, timeout: float | None = None, drain: bool = False) -> None:  # noqa: ASYNC109
+    async def stop(self, *, timeout: float | None = None, drain: bool = False) -> None:
         """Stop the actor for good (it is never restarted) and wait until it has exited.
 
         The message being handled may finish; with ``drain=True`` queued messages are handled too,

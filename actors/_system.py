@@ -14,15 +14,25 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._actor import make_spec
+from ._runs import RunRef, Runs
 from ._runtime import ActorRuntime
 from ._supervision import ChildSpec, Restart, Supervision
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import timedelta
     from typing import Self
 
+    from stores import Checkpoint, PendingInterrupt
+
     from ._actor import Actor
+    from ._agent import Agent
     from ._errors import RestartIntensityExceeded
+    from ._interrupt import Resume
     from ._ref import ActorRef
+    from ._result import RunResult
+    from ._run import Cancel, Recover
+    from .models import Message
 
 __all__ = ["ActorSystem"]
 
@@ -48,6 +58,7 @@ class ActorSystem:
         self.runners = tuple(runners)
         self.replicator = replicator
         self._runtime = ActorRuntime(self, supervision=supervision)
+        self._runs = Runs(self, self.runners)
         self._owns_store = False
         self._store_lock: anyio.Lock | None = None
 
@@ -102,6 +113,54 @@ class ActorSystem:
             bindings=bindings,
         )
         return await self._runtime.start(spec)
+
+    # -- durable runs (see actors._runs) ------------------------------------------------------------
+
+    async def spawn(
+        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+    ) -> RunRef:
+        """Start a durable run of ``runner``; returns once the run owns its id and wrote its first row.
+
+        ``execution_id`` defaults to a fresh id; one that already has rows raises ``RunExists``.
+        """
+        return await self._runs.spawn(runner, input, execution_id=execution_id)
+
+    async def send(self, execution_id: str, message: Resume | Recover | Cancel) -> RunRef:
+        """Deliver a ``Resume``, ``Recover()`` or ``Cancel(reason)`` to the run, activating it from the
+        store if no actor for it lives here. ``RunNotFound`` / ``RunnerNotFound`` are raised here;
+        refusals (a lost claim, a finished run) from ``RunRef.result()``."""
+        return await self._runs.send(execution_id, message)
+
+    async def resume(
+        self, execution_id: str, resume: Resume | None = None, *, timeout: float | None = None
+    ) -> RunResult:
+        """Send and wait. With a ``Resume``: claim the pause. Without: crash recovery from the newest
+        row (a paused run raises ``ResumeRequired``)."""
+        return await self._runs.resume(execution_id, resume, timeout=timeout)
+
+    async def fork(
+        self, execution_id: str, *, checkpoint_id: str | None = None, input: str | None = None
+    ) -> RunRef:
+        """A new run (new id) from a checkpoint of ``execution_id`` (default: its newest step);
+        ``input`` is appended as the next user message. The original run is not touched."""
+        return await self._runs.fork(execution_id, checkpoint_id=checkpoint_id, input=input)
+
+    async def cancel(self, execution_id: str, reason: str = "cancelled") -> RunResult:
+        """End the run with a failed ``run_end`` (``run_reason`` = ``reason``); a paused run's pending
+        row goes in the same transaction. A cancelled run can be resumed like any failed run."""
+        return await self._runs.cancel(execution_id, reason)
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row of the run, in ``seq`` order."""
+        return await self._runs.history(execution_id)
+
+    async def pending(self) -> list[PendingInterrupt]:
+        """The pending interrupts of every paused run, newest first."""
+        return await self._runs.pending()
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete old rows by rule 10 of the design (never a pause or what a resume needs)."""
+        return await self._runs.prune(older_than)
 
     async def _durable_store(self) -> Any:
         """The store, opening the default ``SQLiteStore("tether.db")`` on first durable use."""

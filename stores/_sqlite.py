@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import aiosqlite
 import anyio
@@ -255,6 +255,13 @@ class SQLiteStore:
                 raise
             self._ready = True
 
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         """Finish queued writes, stop the threads and release every ownership lock (idempotent)."""
         if self._closed:
@@ -279,6 +286,9 @@ class SQLiteStore:
         # Connect in a worker thread first, so a failure never leaves an aiosqlite thread behind.
         raw = await anyio.to_thread.run_sync(functools.partial(self._connect, writer=writer))
         conn = aiosqlite.Connection(lambda: raw, iter_chunk_size=64)
+        # A daemon worker: a store the application forgot to close must not keep the interpreter
+        # alive at exit. Nothing is lost: a write's caller is answered only after its COMMIT.
+        conn._thread.daemon = True
         await conn
         if writer:
             self._wconn = raw
