@@ -18,7 +18,7 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ._errors import RowTooLarge
+from ._errors import RowTooLarge, SerializationError
 from ._json import decode, encode
 from ._model import Checkpoint, PendingInterrupt, new_id
 
@@ -34,6 +34,19 @@ __all__ = [
 
 #: The documented limit on the new content of one row (snapshot without old messages, inputs, outputs).
 DEFAULT_MAX_ROW_BYTES = 16 * 1024 * 1024
+#: Text columns of a row; like JSON strings they may not hold NUL (PostgreSQL text cannot).
+_ROW_TEXT = (
+    "checkpoint_id",
+    "execution_id",
+    "runner",
+    "node_id",
+    "step_type",
+    "status",
+    "interrupt_reason",
+    "agent_path",
+    "parent_checkpoint_id",
+)
+_PENDING_TEXT = ("execution_id", "reason", "node_id", "agent_path")
 _MESSAGES = "messages"
 
 
@@ -125,6 +138,7 @@ class MessageLogs:
         Raises :class:`SerializationError` (with the path inside the row) or :class:`RowTooLarge`
         before anything is written. The caller must :meth:`forget` the run if the write then fails.
         """
+        _check_text(row, _ROW_TEXT)
         snapshot = row.state_snapshot
         messages = snapshot.get(_MESSAGES) if isinstance(snapshot, dict) else None
         append: LogAppend | None = None
@@ -226,4 +240,15 @@ def decode_row(
 
 def encode_pending(pending: PendingInterrupt) -> bytes:
     """The pending row's context as JSON (raises :class:`SerializationError` with its path)."""
+    _check_text(pending, _PENDING_TEXT)
     return encode(pending.context, path="$.context")
+
+
+def _check_text(obj: object, fields: tuple[str, ...]) -> None:
+    """Refuse NUL in a text column before anything is written, naming the field."""
+    for name in fields:
+        value = getattr(obj, name)
+        if isinstance(value, str) and "\x00" in value:
+            raise SerializationError(
+                "a string contains a NUL character, which stores cannot keep", path=f"$.{name}"
+            )

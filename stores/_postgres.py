@@ -46,7 +46,6 @@ from ._errors import (
     IncompatibleSchema,
     RunExists,
     RunNotFound,
-    SerializationError,
     StoreError,
     StoreUnavailable,
     WriteConflict,
@@ -287,17 +286,6 @@ DELETE FROM {s}.messages m WHERE m.execution_id = ANY($1::text[]) AND NOT EXISTS
     (SELECT 1 FROM {s}.checkpoints c WHERE c.execution_id = m.execution_id AND c.log_id = m.log_id)""",
 }
 
-_TEXT_FIELDS: Final = (
-    "checkpoint_id",
-    "execution_id",
-    "runner",
-    "node_id",
-    "step_type",
-    "status",
-    "interrupt_reason",
-    "agent_path",
-    "parent_checkpoint_id",
-)
 _CONNECT_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 _LOST_ERRORS: Final = (
     OSError,
@@ -540,7 +528,6 @@ class PostgresStore:
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         """Append the interrupted row and the pending row in one statement."""
-        _check_text(pending, ("execution_id", "reason", "node_id", "agent_path"))
         extra = (
             pending.reason,
             encode_pending(pending),
@@ -616,7 +603,6 @@ class PostgresStore:
         return rec
 
     def _plan(self, row: Checkpoint) -> _Plan:
-        _check_text(row, _TEXT_FIELDS)
         return self._logs.plan(row)
 
     # -- reads --------------------------------------------------------------------------------
@@ -972,16 +958,6 @@ def _key(schema: str, name: str) -> int:
         name.encode("utf-8", "surrogatepass"), digest_size=8, key=schema.encode()
     ).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def _check_text(obj: object, fields: Sequence[str]) -> None:
-    """PostgreSQL text cannot hold NUL: refuse it before writing, naming the field."""
-    for name in fields:
-        value = getattr(obj, name)
-        if isinstance(value, str) and "\x00" in value:
-            raise SerializationError(
-                "a string contains a NUL character, which JSON stores cannot keep", path=f"$.{name}"
-            )
 
 
 def _conflict(row: Checkpoint, exc: asyncpg.UniqueViolationError) -> Exception:

@@ -984,6 +984,23 @@ class StoreConformance:
             assert await store.pending("run-a") == [pending]
             assert await store.history("run-a") == [*rows, pause]
 
+    async def test_nul_in_a_text_field_is_refused_by_every_backend(self, store: Store) -> None:
+        with self.bounded():
+            rows = await self.crashed_run(store, "run-a")
+            for field in ("node_id", "agent_path", "interrupt_reason"):
+                bad = msgspec.structs.replace(make_row("run-a", 3), **{field: "a\x00b"})
+                with pytest.raises(SerializationError) as info:
+                    await store.append(bad)
+                assert info.value.path == f"$.{field}"
+            pause = _pause_row("run-a", 3)
+            with pytest.raises(SerializationError) as info:
+                await store.append_pause(
+                    pause, msgspec.structs.replace(make_pending("run-a", pause), reason="x\x00")
+                )
+            assert info.value.path == "$.reason"
+            assert await store.history("run-a") == rows
+            assert await store.pending("run-a") == []
+
     # -- size limit ------------------------------------------------------------------------------
 
     async def test_row_over_the_size_limit_is_refused(self, store: Store) -> None:

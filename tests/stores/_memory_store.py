@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs
+from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
 from stores._json import encode, normalize
 from stores._model import (
@@ -126,6 +126,7 @@ class MemoryStore:
         if row.execution_id in self.db.pending:
             raise WriteConflict(f"run {row.execution_id!r} is already paused")
         try:
+            encode_pending(pending)
             context = normalize(pending.context, path="$.context")
         except BaseException:
             self._logs.forget(row.execution_id)
