@@ -19,6 +19,7 @@ from stores import AlreadyResumed, Checkpoint, RunExists, Store
 
 from ._actor import Actor, ActorContext
 from ._engine import RunEngine
+from ._errors import ActorStopped
 from ._interrupt import Resume
 from ._log import StepLog
 from ._result import RunResult
@@ -131,7 +132,11 @@ class RunActor(Actor):
         try:
             result = await self._handle(message.message, reply)
         except anyio.get_cancelled_exc_class():
-            reply.settle(None, AlreadyResumed(f"run {self.execution_id!r} was stopped before it finished"))
+            stopped = ActorStopped(
+                f"the actor of run {self.execution_id!r} stopped before the run paused or ended; "
+                "the run stays recoverable: resume it"
+            )
+            reply.settle(None, stopped)
             raise
         except Exception as error:
             reply.settle(None, error)
