@@ -168,6 +168,14 @@ class RunEngine:
                 raise AlreadyResumed(
                     f"run {self.execution_id!r} already completed; there is nothing to cancel"
                 )
+            if newest.step_type == RUN_END:
+                # Already ended failed (e.g. the step in flight was cancelled and wrote the marker
+                # before this Cancel was handled): one marker is enough.
+                return RunResult(
+                    execution_id=self.execution_id,
+                    status="failed",
+                    error=newest.state_snapshot.get("run_error"),
+                )
             self._next_seq = newest.seq + 1
             snapshot = newest.state_snapshot
             self._transcript = Transcript.from_dicts(snapshot.get("messages", []))
@@ -311,8 +319,17 @@ class RunEngine:
             return await self._reenter(
                 msgspec.structs.replace(origin, step_type=LLM_CALL), None, after_pause=False
             )
-        step = msgspec.structs.replace(origin, node_id=base["base_node_id"], step_type=TOOL_CALL)
-        step = msgspec.structs.replace(step, node_input=base["base_node_input"])
+        # The re-run tool writes (and binds) as the tool, like the base row did (rule 3); a pause it
+        # records is the fork's own row, with no parent in the base run.
+        tool = origin.state_snapshot.get("tool_name")
+        step = msgspec.structs.replace(
+            origin,
+            node_id=base["base_node_id"],
+            step_type=TOOL_CALL,
+            node_input=base["base_node_input"],
+            agent_path=f"{self.path}/tool:{tool}" if isinstance(tool, str) else origin.agent_path,
+            parent_checkpoint_id=None,
+        )
         return await self._reenter(step, None, after_pause=False)
 
     # -- rows -------------------------------------------------------------------------------------
