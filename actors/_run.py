@@ -116,6 +116,11 @@ class RunActor(Actor):
         if self._live.get(self.execution_id) is self:
             del self._live[self.execution_id]
 
+    @property
+    def busy(self) -> bool:
+        """Whether a start, resume or recovery of the run is in flight in this actor."""
+        return self._scope is not None
+
     def cancel_current(self, reason: str) -> bool:
         """Cancel the step in flight, if any; the run then writes its failed marker. Returns whether
         a step was in flight."""

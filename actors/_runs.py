@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import Checkpoint, PendingInterrupt, RunExists, RunNotFound, Store
+from stores import AlreadyResumed, Checkpoint, PendingInterrupt, RunExists, RunNotFound, Store
 from stores._model import COMPLETED, INTERRUPTED, RUN_END, new_id
 
 from ._agent import Agent
@@ -113,7 +113,13 @@ class Runs:
         if newest is None:
             raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
         runner = self._runner(newest.runner, execution_id)
-        if isinstance(run_message, Cancel) and (live := self._live.get(execution_id)) is not None:
+        live = self._live.get(execution_id)
+        if live is not None and live.busy and not isinstance(run_message, Cancel):
+            # One live owner: a resume of a run that is running here is refused before it runs anything.
+            refused = Reply()
+            refused.settle(None, AlreadyResumed(f"run {execution_id!r} is running in this process"))
+            return RunRef(self, execution_id, refused)
+        if isinstance(run_message, Cancel) and live is not None:
             # A step in flight is cancelled at once and writes the marker; this Cancel queues behind
             # it and finds the run already failed.
             live.cancel_current(run_message.reason)

@@ -781,6 +781,11 @@ async def test_run_ref_result_timeout_and_send(store_backend: Backend) -> None:
             await entered.wait()
             with pytest.raises(TimeoutError):
                 await ref.result(timeout=0.1)
+            # One live owner, also inside one process: a resume of the running run is refused at once.
+            rows = await system.history(ref.execution_id)
+            with anyio.fail_after(1.0), pytest.raises(AlreadyResumed, match="running in this process"):
+                await system.resume(ref.execution_id)
+            assert await system.history(ref.execution_id) == rows
             release.set()
             assert (await ref.result(timeout=5)).output == "answer: released"
 
