@@ -50,6 +50,7 @@ from ._errors import (
     StoreUnavailable,
     WriteConflict,
 )
+from ._flight import single_claim
 from ._json import decode, encode
 from ._model import (
     BOOKKEEPING_STEPS,
@@ -573,7 +574,20 @@ class PostgresStore:
             raise _conflict(row, exc) from None
 
     async def claim(self, row: Checkpoint) -> PendingInterrupt:
-        """Delete the pending row and append the ``resume`` row in one statement."""
+        """Delete the pending row and append the ``resume`` row in one statement.
+
+        A claim of a run that another claimer of this process (any store on the same DSN and schema)
+        is already claiming waits for that one: if it won, this one lost without a round trip.
+        """
+        return await single_claim(
+            ("postgres", self.dsn, self.schema, row.execution_id),
+            lambda: self._claim_row(row),
+            lambda: AlreadyResumed(
+                f"run {row.execution_id!r} has no pending interrupt: it was already resumed or never paused"
+            ),
+        )
+
+    async def _claim_row(self, row: Checkpoint) -> PendingInterrupt:
         pool = await self._ready()
         plan = self._plan(row)
         try:
