@@ -356,8 +356,12 @@ class RunEngine:
             node_id=RUN_END, step_type=RUN_END, turn=self._turn + 1, transcript=self._transcript, extra=extra
         )
         row.status = status
-        with anyio.fail_after(_MARKER_TIMEOUT, shield=True):
+        # ``fail_after(shield=True)`` without its two generator layers: a shielded scope, then the
+        # same TimeoutError if the deadline cut the write short.
+        with anyio.CancelScope(deadline=anyio.current_time() + _MARKER_TIMEOUT, shield=True) as scope:
             await self._append(row)
+        if scope.cancelled_caught:
+            raise TimeoutError
         if status == FAILED:
             return RunResult(execution_id=self.execution_id, status="failed", error=error)
         return RunResult(execution_id=self.execution_id, status="completed", output=output)

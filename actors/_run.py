@@ -191,5 +191,6 @@ class RunActor(Actor):
             return result
         finally:
             self._scope = None
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_UNLOCK_TIMEOUT):
+            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
                 await self.store.unlock(self.execution_id)
