@@ -1,6 +1,6 @@
 """Append path: checkpoint rows/s through the stores against the raw driver doing the same write.
 
-    python -m benchmarks.append_path [--rounds 5] [--rows 480] [--backend both] [--tiny]
+    python -m benchmarks.append_path [--rounds 5] [--rows 320] [--backend both] [--tiny]
 
 Larger size: ``--rows 4800 --rounds 7``.
 
@@ -319,7 +319,7 @@ async def run(backends: list[str], rounds: int, rows: int) -> list[Target]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over them)")
-    parser.add_argument("--rows", type=int, default=480, help="rows per measurement")
+    parser.add_argument("--rows", type=int, default=320, help="rows per measurement")
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
     args = parser.parse_args(argv)

@@ -449,6 +449,7 @@ class SQLiteStore:
                     op.future.set_exception(StoreUnavailable(f"the writer of {self.path!r} stopped"))
 
     def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+        """Run the batch under the file's in-process write mutex (see ``_file_locks``)."""
         with self._write_lock:
             return self._run_batch_locked(fns)
 
