@@ -1,0 +1,40 @@
+"""The step-path benchmark runs at its tiny size (tether and raw, both backends) and prints its tables."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(autouse=True)
+def _postgres_reachable(pg_schema: object) -> None:
+    """Skip (or fail with ``REQUIRE_POSTGRES=1``) when PostgreSQL is not there."""
+
+
+def test_step_path_benchmark_tiny() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_path", "--tiny", "--backend", "both"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    for backend in ("SQLite", "PostgreSQL"):
+        assert f"step path, {backend}" in out, out
+    # One line per contender and backend: runs/s and the ratio to raw, sequential and concurrent.
+    rate = r"\s+[\d,]+\s+\d+\.\d\dx\s+-"
+    for contender in ("raw", "tether"):
+        lines = re.findall(rf"^{contender}{rate}{rate}$", out, re.MULTILINE)
+        assert len(lines) == 2, out
+    assert re.search(r"^raw(\s+[\d,]+\s+1\.00x\s+-){2}$", out, re.MULTILINE), out
+    assert "correctness: ok" in out, out
