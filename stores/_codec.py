@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from ._errors import RowTooLarge, SerializationError
 from ._json import decode, encode
-from ._model import Checkpoint, PendingInterrupt, new_id
+from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 
 __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
@@ -29,6 +29,7 @@ __all__ = [
     "StoredRow",
     "conversation_of",
     "decode_row",
+    "encode_cache_value",
     "encode_pending",
 ]
 
@@ -105,32 +106,39 @@ def conversation_of(agent_path: str | None) -> str:
 class MessageLogs:
     """Per-store memory of which messages each conversation's log already holds.
 
-    Not thread-safe: a store calls :meth:`plan` and :meth:`forget` from its single writer.
-    ``capacity`` bounds how many conversations are remembered; a forgotten one is re-read through
-    the ``load`` callback the backend passes to :meth:`plan`.
+    Not thread-safe: a store calls :meth:`plan` and :meth:`forget` from one task or thread.
+    Memory is kept per run, least recently written first out: ``capacity`` bounds how many runs are
+    remembered, and a run is forgotten when its ``run_end`` is planned. A forgotten run is re-read
+    from the database by the backend (:meth:`known` / :meth:`remember`) before its next write.
     """
 
-    def __init__(self, *, capacity: int = 4096, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> None:
-        self._logs: OrderedDict[tuple[str, str], _Log] = OrderedDict()
+    def __init__(self, *, capacity: int = 1024, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> None:
+        self._runs: OrderedDict[str, dict[str, _Log]] = OrderedDict()
         self._capacity = capacity
         self.max_row_bytes = max_row_bytes
 
     def known(self, execution_id: str, conversation: str) -> bool:
         """Whether the log of this conversation is in memory (else the backend loads it first)."""
-        return (execution_id, conversation) in self._logs
+        logs = self._runs.get(execution_id)
+        return logs is not None and conversation in logs
 
     def remember(self, execution_id: str, conversation: str, log_id: str, messages: list[Any]) -> None:
         """Record what a log holds, as loaded from the database."""
-        key = (execution_id, conversation)
-        self._logs[key] = _Log(log_id, messages)
-        self._logs.move_to_end(key)
-        while len(self._logs) > self._capacity:
-            self._logs.popitem(last=False)
+        self._logs_of(execution_id)[conversation] = _Log(log_id, messages)
 
     def forget(self, execution_id: str) -> None:
         """Drop what is remembered of a run (after a failed write, a delete, or when it ends)."""
-        for key in [k for k in self._logs if k[0] == execution_id]:
-            del self._logs[key]
+        self._runs.pop(execution_id, None)
+
+    def _logs_of(self, execution_id: str) -> dict[str, _Log]:
+        logs = self._runs.get(execution_id)
+        if logs is None:
+            logs = self._runs[execution_id] = {}
+            while len(self._runs) > self._capacity:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(execution_id)
+        return logs
 
     def plan(self, row: Checkpoint) -> tuple[StoredRow, LogAppend | None]:
         """Encode ``row`` for storage and work out which messages are new.
@@ -191,22 +199,23 @@ class MessageLogs:
                 f"over the store's limit of {self.max_row_bytes}",
                 path="$",
             )
+        if row.step_type == RUN_END:
+            self.forget(row.execution_id)  # an ended run writes again only after a reload
         return stored, append
 
     def _place(self, execution_id: str, conversation: str, messages: list[Any]) -> tuple[str, int]:
-        key = (execution_id, conversation)
-        log = self._logs.get(key)
+        logs = self._logs_of(execution_id)
+        log = logs.get(conversation)
         if log is not None:
             known = log.messages
             if len(messages) >= len(known) and messages[: len(known)] == known:
                 start = len(known)
                 known.extend(messages[start:])
-                self._logs.move_to_end(key)
                 return log.log_id, start
             if len(messages) < len(known) and known[: len(messages)] == messages:
                 return log.log_id, len(messages)
         log_id = new_id()
-        self.remember(execution_id, conversation, log_id, list(messages))
+        logs[conversation] = _Log(log_id, list(messages))
         return log_id, 0
 
 
@@ -242,6 +251,16 @@ def encode_pending(pending: PendingInterrupt) -> bytes:
     """The pending row's context as JSON (raises :class:`SerializationError` with its path)."""
     _check_text(pending, _PENDING_TEXT)
     return encode(pending.context, path="$.context")
+
+
+def encode_cache_value(execution_id: str, key: str, value: Any) -> bytes:
+    """An idempotency-cache value as JSON; ``SerializationError`` for a value or a NUL-bearing id."""
+    for name, text in (("execution_id", execution_id), ("key", key)):
+        if "\x00" in text:
+            raise SerializationError(
+                "a string contains a NUL character, which stores cannot keep", path=f"$.{name}"
+            )
+    return encode(value, path="$")
 
 
 def _check_text(obj: object, fields: tuple[str, ...]) -> None:

@@ -38,11 +38,11 @@ from ._codec import (
     StoredRow,
     conversation_of,
     decode_row,
+    encode_cache_value,
     encode_pending,
 )
 from ._errors import (
     AlreadyResumed,
-    IdempotencyError,
     IncompatibleSchema,
     RunExists,
     RunNotFound,
@@ -51,7 +51,7 @@ from ._errors import (
     WriteConflict,
 )
 from ._flight import single_claim
-from ._json import decode, encode
+from ._json import decode
 from ._model import (
     BOOKKEEPING_STEPS,
     COMPLETED,
@@ -769,10 +769,7 @@ class PostgresStore:
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert if absent and return the stored value: the first writer wins (one round trip)."""
-        data = encode(value, path="$", error=IdempotencyError)
-        for name, text in (("execution_id", execution_id), ("key", key)):
-            if "\x00" in text:
-                raise IdempotencyError("a string contains a NUL character", path=f"$.{name}")
+        data = encode_cache_value(execution_id, key, value)
         pool = await self._ready()
         with self._lost():
             stored = await pool.fetchval(self._sql["cache_put"], execution_id, key, data, utcnow())

@@ -46,6 +46,7 @@ from ._codec import (
     StoredRow,
     conversation_of,
     decode_row,
+    encode_cache_value,
     encode_pending,
 )
 from ._errors import (
@@ -58,7 +59,7 @@ from ._errors import (
     WriteConflict,
 )
 from ._flight import single_claim
-from ._json import decode, encode
+from ._json import decode
 from ._model import COMPLETED, RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from ._reentry import resolve_forkable, resolve_reentry
 
@@ -718,7 +719,7 @@ class SQLiteStore:
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert the entry if absent; return the stored value (the first writer's)."""
-        body = encode(value, path="$")
+        body = encode_cache_value(execution_id, key, value)
         now = _ts(utcnow())
 
         def run(conn: sqlite3.Connection) -> Any:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_pending
+from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
-from stores._json import encode, normalize
+from stores._json import normalize
 from stores._model import (
     COMPLETED,
     RUN_END,
@@ -272,7 +272,7 @@ class MemoryStore:
         return None if hit is None else Cached(hit[0])
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
-        encode(value)
+        encode_cache_value(execution_id, key, value)
         normal = normalize(value)
         hit = self.db.cache.setdefault((execution_id, key), (normal, utcnow()))
         return hit[0]
