@@ -247,7 +247,8 @@ class SQLiteStore:
         self._closed = False
         self._setup_lock = asyncio.Lock()
         self._queue: list[_Op] = []
-        self._drain: asyncio.Task[None] | None = None
+        # Set while batches are being written; resolved when the queue is empty (``close`` waits).
+        self._drain: asyncio.Future[None] | None = None
         self._locks: dict[str, int] = {}
         self._lock_key = os.path.realpath(self.lock_path)
         self._write_lock = _file_lock(self.path)
@@ -404,7 +405,14 @@ class SQLiteStore:
     # ------------------------------------------------------------------ the writer (group commit)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Queue ``fn`` for the next write transaction and wait for its own outcome."""
+        """Queue ``fn`` for the next write transaction and wait for its own outcome.
+
+        The drain is a chain of callbacks, not a task: the first writer schedules ``_next_batch``
+        for the next loop iteration (writers ready in this one share the commit), which hands the
+        queued batch to the writer thread; the thread answers each caller's future itself through
+        ``call_soon_threadsafe`` and chains the next batch. No task, no intermediate future, one
+        wake-up per caller; nothing in the chain can be cancelled.
+        """
         await self._ensure()
         if self._closed:
             raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
@@ -412,42 +420,55 @@ class SQLiteStore:
         future: asyncio.Future[T] = loop.create_future()
         self._queue.append(_Op(fn, future))
         if self._drain is None:
-            self._drain = loop.create_task(self._drain_queue())
+            self._drain = loop.create_future()
+            loop.call_soon(self._next_batch, loop)
         return await future
 
-    async def _drain_queue(self) -> None:
-        """Commit whatever is queued, batch after batch, until the queue is empty."""
+    def _next_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send the next queued batch to the writer thread, or end the drain (on the loop)."""
+        if not self._queue:
+            drain, self._drain = self._drain, None
+            if drain is not None and not drain.done():
+                drain.set_result(None)
+            return
+        batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+        writer = self._writer
+        if writer is None or not writer._running:
+            closed = StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
+            self._batch_done(loop, batch, None, closed)
+            return
+        writer._tx.put_nowait((None, functools.partial(self._write_batch, loop, batch)))
+
+    def _write_batch(self, loop: asyncio.AbstractEventLoop, batch: list[_Op]) -> None:
+        """Commit ``batch`` (on the writer thread), then answer its callers on the loop."""
+        outcomes: list[tuple[bool, Any]] | None = None
+        error: Exception | None = None
         try:
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                fns = [op.fn for op in batch]
-                try:
-                    writer = self._writer
-                    if writer is None:
-                        raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
-                    outcomes = await _hop(writer, functools.partial(self._run_batch, fns))
-                except BaseException as exc:
-                    for op in batch:
-                        if not op.future.done():
-                            op.future.set_exception(
-                                exc if isinstance(exc, Exception) else StoreUnavailable(str(exc))
-                            )
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for op, (ok, value) in zip(batch, outcomes, strict=True):
-                    if op.future.done():
-                        continue
-                    if ok:
-                        op.future.set_result(value)
-                    else:
-                        op.future.set_exception(value)
-        finally:
-            self._drain = None
-            stranded, self._queue = self._queue, []  # only when the drain itself was cancelled
-            for op in stranded:
-                if not op.future.done():
-                    op.future.set_exception(StoreUnavailable(f"the writer of {self.path!r} stopped"))
+            outcomes = self._run_batch([op.fn for op in batch])
+        except BaseException as exc:  # the callers get it; this thread must go on serving
+            error = exc if isinstance(exc, Exception) else StoreUnavailable(str(exc))
+        loop.call_soon_threadsafe(self._batch_done, loop, batch, outcomes, error)
+
+    def _batch_done(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        batch: list[_Op],
+        outcomes: list[tuple[bool, Any]] | None,
+        error: Exception | None,
+    ) -> None:
+        """Answer each caller of ``batch`` with its own outcome, then go on (on the loop)."""
+        for i, op in enumerate(batch):
+            if op.future.done():  # its caller was cancelled; the write stands or fell all the same
+                continue
+            if outcomes is None:
+                op.future.set_exception(error if error is not None else StoreUnavailable("write failed"))
+                continue
+            ok, value = outcomes[i]
+            if ok:
+                op.future.set_result(value)
+            else:
+                op.future.set_exception(value)
+        self._next_batch(loop)
 
     def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
         """Run the batch under the file's in-process write mutex (see ``_file_locks``)."""
