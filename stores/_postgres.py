@@ -170,6 +170,15 @@ WITH r AS (
 p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
       (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
 SELECT count(*) FROM r""",
+    # "append" for the common row (seq > 0, not run_end): the same statement without the seq-0
+    # guard (always true there) and the pending-row DELETE (deletes nothing there); same outcomes.
+    "append_step": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
+    WHERE {_GUARD}
+    RETURNING execution_id, log_id
+), {_INSERT_MESSAGES}
+SELECT count(*) FROM r""",
     "pause": f"""
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
@@ -567,6 +576,8 @@ class PostgresStore:
     ) -> bool:
         try:
             with self._lost():
+                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
+                    kind = "append_step"
                 return bool(await pool.fetchval(self._sql[kind], *_args(plan), *extra))
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name == "messages_pkey":
