@@ -29,7 +29,7 @@ from ._errors import (
 )
 from ._idempotent import idempotent
 from ._interrupt import Resume, interrupt
-from ._ref import ActorRef
+from ._ref import ActorInfo, ActorRef
 from ._result import RunResult
 from ._run import Cancel, Recover
 from ._run_errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
@@ -42,6 +42,7 @@ __all__ = [
     "Actor",
     "ActorContext",
     "ActorCrashed",
+    "ActorInfo",
     "ActorRef",
     "ActorStopped",
     "ActorSystem",

@@ -6,6 +6,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 from anyio import BrokenResourceError, ClosedResourceError, WouldBlock
 
 from ._errors import ActorStopped, AskDeadlock, AskTimeout, MailboxFull
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
     from ._cell import Cell
 
-__all__ = ["ActorRef", "current_cell"]
+__all__ = ["ActorInfo", "ActorRef", "current_cell"]
 
 current_cell: ContextVar[Cell | None] = ContextVar("tether_current_actor", default=None)
 """The cell whose task is running (set once at the top of each actor task)."""
@@ -46,6 +47,17 @@ class Ask:
             self.event.set()
 
 
+class ActorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`ActorRef.inspect` reads: a snapshot of one actor, taken without messaging it."""
+
+    id: str
+    alive: bool
+    accepting: bool
+    queued: int
+    capacity: int
+    received: int
+
+
 class ActorRef:
     """A stable address of one actor; it survives the actor's restarts.
 
@@ -66,6 +78,23 @@ class ActorRef:
     def alive(self) -> bool:
         """Whether the actor still exists (it may be between two incarnations)."""
         return not self._cell.done
+
+    def inspect(self) -> ActorInfo:
+        """A snapshot of the actor: alive, queued messages, mailbox capacity, messages taken so far.
+
+        Read directly, not through the mailbox, so it answers at once even when the mailbox is full
+        or the actor is stuck in a handler.
+        """
+        cell = self._cell
+        stats = self._stream.statistics()
+        return ActorInfo(
+            id=self.id,
+            alive=self.alive,
+            accepting=cell.accepting,
+            queued=stats.current_buffer_used,
+            capacity=int(stats.max_buffer_size),
+            received=cell.processed,
+        )
 
     async def send(self, message: object) -> None:
         """Put ``message`` in the mailbox, waiting for room while it is full (backpressure).

@@ -115,6 +115,28 @@ async def test_stop_gets_through_a_full_mailbox() -> None:
 
 
 @pytest.mark.anyio
+async def test_inspect_answers_at_once_when_the_mailbox_is_full() -> None:
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            gate = Gate()
+            ref = await system.start(gate, mailbox_size=2)
+            ref.send_nowait("first")  # taken by the handler, which blocks on the gate
+            await anyio.sleep(0.01)
+            ref.send_nowait("second")
+            ref.send_nowait("third")
+            with pytest.raises(MailboxFull):
+                ref.send_nowait("fourth")
+            info = ref.inspect()
+            assert (info.id, info.alive, info.accepting) == (ref.id, True, True)
+            assert (info.queued, info.capacity, info.received) == (2, 2, 1)  # one in the handler
+            gate.open.set()
+            assert await ref.ask("last", timeout=2) == 4
+            assert (ref.inspect().queued, ref.inspect().received) == (0, 4)
+            await ref.stop()
+            assert ref.inspect().alive is False
+
+
+@pytest.mark.anyio
 async def test_stop_with_drain_handles_queued_messages() -> None:
     with anyio.fail_after(5):
         async with ActorSystem() as system:
