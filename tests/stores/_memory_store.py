@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
 from stores._json import normalize
@@ -49,23 +51,13 @@ _instances = itertools.count(1)
 
 
 def _norm_row(row: Checkpoint) -> Checkpoint:
-    return Checkpoint(
-        execution_id=row.execution_id,
-        seq=row.seq,
-        runner=row.runner,
-        node_id=row.node_id,
-        step_index=row.step_index,
-        step_type=row.step_type,
-        status=row.status,
+    """The row as a store gives it back: its JSON fields normalised, everything else as written."""
+    return msgspec.structs.replace(
+        row,
         state_snapshot=normalize(row.state_snapshot),
         node_input=normalize(row.node_input),
         node_output=normalize(row.node_output),
-        interrupt_reason=row.interrupt_reason,
         interrupt_context=normalize(row.interrupt_context),
-        agent_path=row.agent_path,
-        parent_checkpoint_id=row.parent_checkpoint_id,
-        checkpoint_id=row.checkpoint_id,
-        created_at=row.created_at,
     )
 
 
