@@ -265,7 +265,7 @@ class PostgresBench:
 
     async def tether(self, writers: int, size: int, rows: int) -> float:
         self._n += 1
-        await self._adm().execute(f"TRUNCATE {PG_SCHEMA}.checkpoints, {PG_SCHEMA}.messages")
+        await self._adm().execute(f"TRUNCATE {PG_SCHEMA}.checkpoints")
         layout = _layout(f"t{self._n}", writers, rows)
         # A fresh store per measurement (its message memory starts empty), its pool opened beforehand.
         async with PostgresStore(self.dsn, schema=PG_SCHEMA, min_size=4, max_size=20) as store:

@@ -1,9 +1,11 @@
 """Rows to stored columns and back, with each run's messages stored once.
 
-A row's ``state_snapshot["messages"]`` is not stored with the row. The messages go to an append-only
-log beside the rows, keyed by ``(execution_id, log_id)``; the row keeps ``log_id`` and
-``message_count`` (the prefix it saw), and reading the row puts the prefix back. So a step costs its
-new messages plus a constant, not the whole conversation again.
+A row's ``state_snapshot["messages"]`` is not stored whole with every row. Each conversation of a run
+has a message log, named by ``log_id``; a row keeps ``log_id``, ``message_count`` (the prefix it saw)
+and, in ``new_messages``, only the messages it added to the log (a JSON array: its *chunk*). A log is
+the concatenation of its rows' chunks in ``seq`` order, and reading a row puts its prefix back. So a
+step costs its new messages plus a constant, not the whole conversation again, and it is ONE row
+insert: no second table, no second index.
 
 :class:`MessageLogs` decides, per conversation, which messages are new. It remembers the messages
 each log holds (the same objects the writer passed, so the prefix check is mostly identity
@@ -15,10 +17,13 @@ Backends share this module, so they store the same bytes.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ._errors import RowTooLarge, SerializationError
+import msgspec
+
+from ._errors import RowTooLarge, SerializationError, StoreError
 from ._json import decode, encode
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 
@@ -31,6 +36,9 @@ __all__ = [
     "decode_row",
     "encode_cache_value",
     "encode_pending",
+    "rechunk",
+    "replay_log",
+    "split_chunk",
 ]
 
 #: The documented limit on the new content of one row (snapshot without old messages, inputs, outputs).
@@ -75,12 +83,16 @@ class StoredRow(NamedTuple):
 
 
 class LogAppend(NamedTuple):
-    """Messages to append to a log in the same transaction as their row: ``bodies[i]`` is at ``start + i``."""
+    """The messages a row adds to its log: ``chunk`` (a JSON array) goes at index ``start``.
+
+    The row is written only if the log then holds exactly ``start`` messages (its newest chunk row
+    has ``message_count == start``): a writer with a stale memory of the log re-plans instead.
+    """
 
     execution_id: str
     log_id: str
     start: int
-    bodies: list[bytes]
+    chunk: bytes
 
 
 class _Log:
@@ -162,7 +174,7 @@ class MessageLogs:
                 for i, m in enumerate(messages[start:], start)
             ]
             if bodies:
-                append = LogAppend(row.execution_id, log_id, start, bodies)
+                append = LogAppend(row.execution_id, log_id, start, b"[" + b",".join(bodies) + b"]")
         else:
             rest = snapshot
         stored = StoredRow(
@@ -190,7 +202,7 @@ class MessageLogs:
             + len(stored.node_input)
             + len(stored.node_output)
             + len(stored.interrupt_context)
-            + (sum(map(len, append.bodies)) if append else 0)
+            + (len(append.chunk) if append else 0)
         )
         if size > self.max_row_bytes:
             self.forget(row.execution_id)
@@ -245,6 +257,53 @@ def decode_row(
         parent_checkpoint_id=stored.parent_checkpoint_id,
         created_at=stored.created_at,
     )
+
+
+def split_chunk(chunk: bytes) -> list[bytes]:
+    """The messages of a stored chunk as their JSON bytes, without decoding them."""
+    return [bytes(raw) for raw in _raw_list.decode(chunk)]
+
+
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def replay_log(chunks: Iterable[tuple[int, Any]], split: Callable[[Any], list[Any]] = decode) -> list[Any]:
+    """A log's messages from its rows' ``(message_count, new_messages)`` in ``seq`` order.
+
+    Each chunk goes at ``message_count - len(chunk)`` (it was written only if the log then had that
+    many messages). ``split`` turns a chunk into its messages: decoded (the default),
+    :func:`split_chunk` to keep them as JSON bytes, or ``list`` for a chunk already decoded. A chunk that would leave a gap means rows were
+    lost from under the log: :class:`StoreError`, never a silently shorter conversation.
+    """
+    log: list[Any] = []
+    for count, chunk in chunks:
+        new = split(chunk)
+        start = count - len(new)
+        if not 0 <= start <= len(log):
+            raise StoreError(
+                f"a message log is missing messages {len(log)}..{start - 1}: rows holding them are gone"
+            )
+        del log[start:]
+        log.extend(new)
+    return log
+
+
+def rechunk(counts: Sequence[int], bodies: Sequence[bytes]) -> list[bytes | None]:
+    """The chunks that rows with these ``message_count`` (in ``seq`` order) carry for a log of ``bodies``.
+
+    Used when rows of a log are deleted (prune) or a log is converted: each row carries the
+    messages between the largest count before it and its own, so the remaining rows still read
+    exactly the messages they saw.
+    """
+    chunks: list[bytes | None] = []
+    have = 0
+    for count in counts:
+        if count > have:
+            chunks.append(b"[" + b",".join(bodies[have:count]) + b"]")
+            have = count
+        else:
+            chunks.append(None)
+    return chunks
 
 
 def encode_pending(pending: PendingInterrupt) -> bytes:

@@ -5,8 +5,9 @@ Design (see DESIGN.md, "Where we go beyond the reference"):
 * JSON columns are PostgreSQL ``json`` (not ``jsonb``) with a binary pass-through codec: the server
   keeps msgspec's bytes verbatim, so ``-0.0``, ``1e308`` and key order round-trip exactly, while
   ``->``/``->>`` still work in ad-hoc queries.
-* Every write is ONE statement: a data-modifying CTE that inserts the row, its new messages and (for a
-  pause) the pending row, or deletes the pending row (claim, ``run_end``). A statement is atomic, so
+* Every write is ONE statement: it inserts the row (with the messages it adds, see ``stores._codec``)
+  and, as a data-modifying CTE where needed, inserts the pending row (pause) or deletes it (claim,
+  ``run_end``). A statement is atomic, so
   no explicit transaction and no extra round trip is needed.
 * Group commit: concurrent appends of many runs go out as ONE multi-row statement and one commit
   (each caller still gets its own outcome; a refused row is retried alone for its exact error).
@@ -40,6 +41,9 @@ from ._codec import (
     decode_row,
     encode_cache_value,
     encode_pending,
+    rechunk,
+    replay_log,
+    split_chunk,
 )
 from ._errors import (
     AlreadyResumed,
@@ -67,7 +71,7 @@ from ._reentry import resolve_forkable, resolve_reentry
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 5.0
 
@@ -129,6 +133,27 @@ CREATE TABLE {s}.idempotency_cache (
 CREATE INDEX idempotency_cache_created_idx ON {s}.idempotency_cache (created_at);
 """,
     ),
+    (
+        2,
+        # Each row carries the messages it added: bodies[prev:count] of its log, prev being the
+        # largest count of the log's earlier rows (stores._codec.rechunk, done by the server here).
+        """
+ALTER TABLE {s}.checkpoints ADD COLUMN new_messages json;
+UPDATE {s}.checkpoints c SET new_messages = x.chunk
+FROM (
+    SELECT r.id, (SELECT json_agg(m.body ORDER BY m.idx) FROM {s}.messages m
+                  WHERE m.execution_id = r.execution_id AND m.log_id = r.log_id
+                    AND m.idx >= r.prev AND m.idx < r.message_count) AS chunk
+    FROM (SELECT id, execution_id, log_id, message_count,
+                 coalesce(max(message_count) OVER (PARTITION BY execution_id, log_id ORDER BY seq
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS prev
+          FROM {s}.checkpoints WHERE log_id IS NOT NULL) r
+    WHERE r.message_count > r.prev
+) x
+WHERE c.id = x.id AND x.chunk IS NOT NULL;
+DROP TABLE {s}.messages;
+""",
+    ),
 )
 
 _COLS: Final = (
@@ -137,20 +162,20 @@ _COLS: Final = (
     "parent_checkpoint_id, created_at"
 )
 _C_COLS: Final = ", ".join(f"c.{c.strip()}" for c in _COLS.split(","))
-_VALUES: Final = ", ".join(f"${i}" for i in range(1, 19))
-# $19 new message bodies (json[]), $20 index of the first, $21 messages the log must already hold.
+_VALUES: Final = ", ".join(f"${i}" for i in range(1, 20))
+# $19 the messages the row adds (a json array, or NULL). $20..$21: how many messages its log must
+# hold (the count of the log's newest row that added some): exactly the row's start when it adds
+# messages, at least its count when it adds none; $21 = 0 checks nothing (no log, or a new one).
 _GUARD: Final = (
-    "($21::integer = 0 OR EXISTS (SELECT 1 FROM {s}.messages g WHERE g.execution_id = $2 "
-    "AND g.log_id = $10 AND g.idx = $21::integer - 1))"
+    "($21::integer = 0 OR coalesce((SELECT g.message_count FROM {s}.checkpoints g "
+    "WHERE g.execution_id = $2 AND g.log_id = $10 AND g.new_messages IS NOT NULL "
+    "ORDER BY g.seq DESC LIMIT 1), 0) BETWEEN $20::integer AND $21::integer)"
 )
-_INSERT_MESSAGES: Final = (
-    "m AS (INSERT INTO {s}.messages (execution_id, log_id, idx, body) "
-    "SELECT r.execution_id, r.log_id, $20::integer + u.i::integer - 1, u.body "
-    "FROM r, unnest($19::json[]) WITH ORDINALITY AS u(body, i))"
-)
+# A log's chunks as one JSON value, [[message_count, [messages...]], ...] in seq order.
 _FULL_LOG: Final = (
-    "(SELECT json_agg(l.body ORDER BY l.idx) FROM {s}.messages l "
-    "WHERE l.execution_id = c.execution_id AND l.log_id = c.log_id)"
+    "(SELECT json_agg(json_build_array(l.message_count, l.new_messages) ORDER BY l.seq) "
+    "FROM {s}.checkpoints l WHERE l.execution_id = c.execution_id AND l.log_id = c.log_id "
+    "AND l.new_messages IS NOT NULL)"
 )
 # The full log rides on only the newest row using it (one copy per log, one round trip).
 _LOG_ONCE: Final = (
@@ -162,30 +187,27 @@ _PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, crea
 _SQL: Final[dict[str, str]] = {
     "append": f"""
 WITH r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
     WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
       AND {_GUARD}
-    RETURNING execution_id, log_id, step_type
-), {_INSERT_MESSAGES},
+    RETURNING execution_id, step_type
+),
 p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
       (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
 SELECT count(*) FROM r""",
-    # "append" for the common row (seq > 0, not run_end): the same statement without the seq-0
-    # guard (always true there) and the pending-row DELETE (deletes nothing there); same outcomes.
+    # "append" for the common row (seq > 0, not run_end): a plain insert, without the seq-0 guard
+    # (always true there) and the pending-row DELETE (deletes nothing there); same outcomes.
     "append_step": f"""
-WITH r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
-    WHERE {_GUARD}
-    RETURNING execution_id, log_id
-), {_INSERT_MESSAGES}
-SELECT count(*) FROM r""",
+INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+WHERE {_GUARD}
+RETURNING true""",
     "pause": f"""
 WITH r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES}
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
     WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
       AND {_GUARD}
-    RETURNING execution_id, log_id
-), {_INSERT_MESSAGES},
+    RETURNING execution_id
+),
 q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
       SELECT r.execution_id, $22, $23, $24, $25, $26 FROM r)
 SELECT count(*) FROM r""",
@@ -194,44 +216,43 @@ WITH d AS (
     DELETE FROM {{s}}.pending_interrupts WHERE execution_id = $2 AND {_GUARD}
     RETURNING {_PENDING_COLS}
 ), r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {_VALUES} FROM d
-    RETURNING execution_id, log_id
-), {_INSERT_MESSAGES}
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES} FROM d
+    RETURNING execution_id
+)
 SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at,
        EXISTS (SELECT 1 FROM {{s}}.pending_interrupts x WHERE x.execution_id = $2) AS was_pending,
        EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known
 FROM (SELECT 1) AS one LEFT JOIN d ON true""",
     "import": f"""
 WITH r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}, synced) SELECT {_VALUES}, true
-    WHERE $21::integer >= 0
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages, synced) SELECT {_VALUES}, true
+    WHERE $20::integer >= 0 AND $21::integer >= 0  -- the log guard's arguments, unused here
     ON CONFLICT (checkpoint_id) DO NOTHING
-    RETURNING execution_id, log_id
-), {_INSERT_MESSAGES}
+    RETURNING 1
+)
 SELECT count(*) FROM r""",
     "batch": f"""
 WITH v AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
         $7::text[], $8::text[], $9::json[], $10::text[], $11::integer[], $12::json[], $13::json[],
-        $14::text[], $15::json[], $16::text[], $17::text[], $18::timestamptz[], $19::integer[])
-        WITH ORDINALITY AS v({_COLS}, prior, ord)
+        $14::text[], $15::json[], $16::text[], $17::text[], $18::timestamptz[], $19::json[],
+        $20::integer[], $21::integer[])
+        WITH ORDINALITY AS v({_COLS}, new_messages, lo, hi, ord)
 ), r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}) SELECT {", ".join(f"v.{c.strip()}" for c in _COLS.split(","))}
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages)
+    SELECT {", ".join(f"v.{c.strip()}" for c in _COLS.split(","))}, v.new_messages
     FROM v
     -- LATERAL ... LIMIT 1: index probes per row, never a hashed scan of a whole table.
     LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.checkpoints e
                        WHERE e.execution_id = v.execution_id LIMIT 1) AS run ON true
-    LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.messages g WHERE g.execution_id = v.execution_id
-                       AND g.log_id = v.log_id AND g.idx = v.prior - 1 LIMIT 1) AS log ON true
-    WHERE (v.seq <> 0 OR run.found IS NULL) AND (v.prior = 0 OR log.found IS NOT NULL)
+    LEFT JOIN LATERAL (SELECT g.message_count AS length FROM {{s}}.checkpoints g
+                       WHERE g.execution_id = v.execution_id AND g.log_id = v.log_id
+                         AND g.new_messages IS NOT NULL ORDER BY g.seq DESC LIMIT 1) AS log ON true
+    WHERE (v.seq <> 0 OR run.found IS NULL)
+      AND (v.hi = 0 OR coalesce(log.length, 0) BETWEEN v.lo AND v.hi)
     ORDER BY v.ord
     ON CONFLICT DO NOTHING
-    RETURNING checkpoint_id, execution_id, log_id, step_type
-), m AS (
-    INSERT INTO {{s}}.messages (execution_id, log_id, idx, body)
-    SELECT r.execution_id, r.log_id, b.idx, b.body
-    FROM r JOIN unnest($20::text[], $21::integer[], $22::json[]) AS b(checkpoint_id, idx, body)
-        ON b.checkpoint_id = r.checkpoint_id
+    RETURNING checkpoint_id, execution_id, step_type
 ), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
       (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
 SELECT checkpoint_id FROM r""",
@@ -251,7 +272,6 @@ SELECT checkpoint_id FROM r""",
     "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1",
     "delete_run": """
 WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
-m AS (DELETE FROM {s}.messages WHERE execution_id = $1),
 p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
 k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1)
 SELECT count(*) FROM c""",
@@ -277,23 +297,32 @@ FROM {s}.checkpoints c
 WHERE c.execution_id IN (SELECT execution_id FROM {s}.checkpoints WHERE created_at < $1
                          UNION SELECT execution_id FROM {s}.idempotency_cache WHERE created_at < $1)
 ORDER BY c.execution_id, c.seq DESC""",
-    "prune_done": """
-WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = ANY($1::text[]) AND created_at < $2
-           RETURNING 1),
-k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) AND created_at < $2)
-SELECT count(*) FROM c""",
+    "prune_done_rows": "SELECT execution_id, seq FROM {s}.checkpoints "
+    "WHERE execution_id = ANY($1::text[]) AND created_at < $2",
+    "prune_done_cache": "DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) "
+    "AND created_at < $2",
     "prune_skeleton": f"""
 SELECT execution_id, seq, step_type, status, created_at < $2 AS old,
        CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
             THEN node_input END AS node_input
 FROM {{s}}.checkpoints WHERE execution_id = ANY($1::text[]) ORDER BY execution_id, seq""",
+    # The logs that lose a row carrying messages, with every chunk they hold now.
+    "prune_logs": """
+SELECT l.execution_id, l.log_id, l.message_count, l.new_messages FROM {s}.checkpoints l
+WHERE (l.execution_id, l.log_id) IN (
+    SELECT c.execution_id, c.log_id FROM {s}.checkpoints c
+    JOIN unnest($1::text[], $2::bigint[]) AS v(e, q) ON c.execution_id = v.e AND c.seq = v.q
+    WHERE c.new_messages IS NOT NULL)
+  AND l.new_messages IS NOT NULL
+ORDER BY l.execution_id, l.log_id, l.seq""",
     "prune_rows": """
 WITH c AS (DELETE FROM {s}.checkpoints c USING unnest($1::text[], $2::bigint[]) AS v(e, q)
            WHERE c.execution_id = v.e AND c.seq = v.q RETURNING 1)
 SELECT count(*) FROM c""",
-    "prune_messages": """
-DELETE FROM {s}.messages m WHERE m.execution_id = ANY($1::text[]) AND NOT EXISTS
-    (SELECT 1 FROM {s}.checkpoints c WHERE c.execution_id = m.execution_id AND c.log_id = m.log_id)""",
+    "log_rows": "SELECT id, message_count, new_messages FROM {s}.checkpoints "
+    "WHERE execution_id = $1 AND log_id = $2 ORDER BY seq",
+    "set_chunks": "UPDATE {s}.checkpoints c SET new_messages = u.chunk "
+    "FROM unnest($1::bigint[], $2::json[]) AS u(id, chunk) WHERE c.id = u.id",
 }
 
 _CONNECT_ERRORS: Final = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
@@ -580,8 +609,6 @@ class PostgresStore:
                     kind = "append_step"
                 return bool(await pool.fetchval(self._sql[kind], *_args(plan), *extra))
         except asyncpg.UniqueViolationError as exc:
-            if exc.constraint_name == "messages_pkey":
-                return False  # another writer extended this log: re-plan on a fresh log
             raise _conflict(row, exc) from None
 
     async def claim(self, row: Checkpoint) -> PendingInterrupt:
@@ -714,9 +741,7 @@ class PostgresStore:
         return [_pending(r) for r in recs]
 
     def _decode_one(self, rec: asyncpg.Record) -> Checkpoint:
-        log = rec[18]
-        messages = decode(log) if log is not None else []
-        return decode_row(StoredRow(*rec[:18]), messages[: rec["message_count"]])
+        return decode_row(StoredRow(*rec[:18]), _log(rec[18])[: rec["message_count"]])
 
     def _seed(self, rows: Iterable[tuple[Checkpoint, asyncpg.Record]]) -> None:
         """Remember the full log of each conversation read (newest row first wins)."""
@@ -726,8 +751,7 @@ class PostgresStore:
             if rec["log_id"] is None or conversation in done:
                 continue
             done.add(conversation)
-            log = rec[18]
-            self._logs.remember(row.execution_id, conversation, rec["log_id"], decode(log) if log else [])
+            self._logs.remember(row.execution_id, conversation, rec["log_id"], _log(rec[18]))
 
     # -- deletes ------------------------------------------------------------------------------
 
@@ -755,18 +779,44 @@ class PostgresStore:
                 heads = await conn.fetch(self._sql["prune_heads"], cutoff)
                 done = [h["execution_id"] for h in heads if _completed(h["step_type"], h["status"])]
                 others = [h["execution_id"] for h in heads if not _completed(h["step_type"], h["status"])]
+                runs: list[str] = []
+                seqs: list[int] = []
                 if done:
-                    deleted += await conn.fetchval(self._sql["prune_done"], done, cutoff)
+                    for rec in await conn.fetch(self._sql["prune_done_rows"], done, cutoff):
+                        runs.append(rec[0])
+                        seqs.append(rec[1])
+                    await conn.execute(self._sql["prune_done_cache"], done, cutoff)
                 if others:
                     skeleton = await conn.fetch(self._sql["prune_skeleton"], others, cutoff)
-                    runs, seqs = await _prunable(skeleton)
-                    if runs:
-                        deleted += await conn.fetchval(self._sql["prune_rows"], runs, seqs)
-                touched = done + others
-                if touched:
-                    await conn.execute(self._sql["prune_messages"], touched)
+                    more_runs, more_seqs = await _prunable(skeleton)
+                    runs += more_runs
+                    seqs += more_seqs
+                if runs:
+                    deleted = await self._delete_rows(conn, runs, seqs)
         for execution_id in done + others:
             self._logs.forget(execution_id)
+        return deleted
+
+    async def _delete_rows(
+        self, conn: asyncpg.pool.PoolConnectionProxy, runs: list[str], seqs: list[int]
+    ) -> int:
+        """Delete rows (inside the caller's transaction); the messages they added move onto the
+        remaining rows of their logs that need them (see :func:`stores._codec.rechunk`)."""
+        logs: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
+        for rec in await conn.fetch(self._sql["prune_logs"], runs, seqs):
+            logs.setdefault((rec[0], rec[1]), []).append((rec[2], rec[3]))
+        deleted: int = await conn.fetchval(self._sql["prune_rows"], runs, seqs)
+        ids: list[int] = []
+        chunks: list[bytes | None] = []
+        for (execution_id, log_id), held in logs.items():
+            bodies = replay_log(held, split_chunk)
+            rows = await conn.fetch(self._sql["log_rows"], execution_id, log_id)
+            for rec, chunk in zip(rows, rechunk([r[1] for r in rows], bodies), strict=True):
+                if chunk != rec[2]:
+                    ids.append(rec[0])
+                    chunks.append(chunk)
+        if ids:
+            await conn.execute(self._sql["set_chunks"], ids, chunks)
         return deleted
 
     # -- idempotency cache --------------------------------------------------------------------
@@ -938,10 +988,16 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 
 
 def _args(plan: _Plan) -> tuple[Any, ...]:
+    """The statement arguments of a planned row: its columns, its chunk and the log guard ($19-$21)."""
     stored, append = plan
     if append is not None:
-        return (*stored, append.bodies, append.start, append.start)
-    return (*stored, [], 0, stored.message_count if stored.log_id is not None else 0)
+        return (*stored, append.chunk, append.start, append.start)
+    if stored.log_id is not None and stored.message_count:
+        return (*stored, None, stored.message_count, _NO_LIMIT)
+    return (*stored, None, 0, 0)
+
+
+_NO_LIMIT: Final = 2**31 - 1
 
 
 _MAX_BATCH: Final = 256
@@ -967,18 +1023,11 @@ class _Queued:
 
 
 def _batch_args(batch: Sequence[_Queued]) -> list[list[Any]]:
-    """Column arrays for the ``batch`` statement: 18 row columns, the log guard, the messages."""
-    columns: list[list[Any]] = [[] for _ in range(22)]
+    """Column arrays for the ``batch`` statement: the arguments of each row's single statement."""
+    columns: list[list[Any]] = [[] for _ in range(21)]
     for item in batch:
-        stored, append = item.plan
-        for i, value in enumerate(stored):
-            columns[i].append(value)
-        *_, prior = _args(item.plan)
-        columns[18].append(prior)
-        if append is not None:
-            columns[19].extend([stored.checkpoint_id] * len(append.bodies))
-            columns[20].extend(range(append.start, append.start + len(append.bodies)))
-            columns[21].extend(append.bodies)
+        for column, value in zip(columns, _args(item.plan), strict=True):
+            column.append(value)
     return columns
 
 
@@ -1042,12 +1091,17 @@ def _pending(rec: asyncpg.Record) -> PendingInterrupt:
     )
 
 
+def _log(chunks: bytes | None) -> list[Any]:
+    """The messages of a log from its ``_FULL_LOG`` value (``None``: no chunks)."""
+    return [] if chunks is None else replay_log(decode(chunks), list)
+
+
 def _decode_many(recs: Sequence[asyncpg.Record]) -> list[Checkpoint]:
     """Rows whose newest user of each log carries the full log (see ``_LOG_ONCE``)."""
     logs: dict[tuple[str, str], list[Any]] = {}
     for rec in recs:
         if rec[18] is not None:
-            logs[(rec["execution_id"], rec["log_id"])] = decode(rec[18])
+            logs[(rec["execution_id"], rec["log_id"])] = _log(rec[18])
     out = []
     for rec in recs:
         log_id = rec["log_id"]

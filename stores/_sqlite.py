@@ -27,6 +27,7 @@ import errno
 import fcntl
 import functools
 import hashlib
+import itertools
 import os
 import sqlite3
 import struct
@@ -48,6 +49,9 @@ from ._codec import (
     decode_row,
     encode_cache_value,
     encode_pending,
+    rechunk,
+    replay_log,
+    split_chunk,
 )
 from ._errors import (
     AlreadyResumed,
@@ -67,8 +71,10 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+SCHEMA_VERSION: Final = 2
+#: Versioned migrations: SQL statements or a function run in the migration transaction. Never edit
+#: a shipped entry; add a new one.
+_MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], None]]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS checkpoints (
             id INTEGER PRIMARY KEY,
@@ -118,6 +124,7 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             PRIMARY KEY (execution_id, key)
         )""",
     ),
+    2: lambda conn: _chunks_onto_rows(conn),
 }
 
 _ROW_COLUMNS: Final = (
@@ -125,8 +132,19 @@ _ROW_COLUMNS: Final = (
     "log_id, message_count, node_input, node_output, interrupt_reason, interrupt_context, agent_path, "
     "parent_checkpoint_id, created_at"
 )
-_INSERT_ROW: Final = f"INSERT INTO checkpoints ({_ROW_COLUMNS}, synced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_INSERT_MESSAGE: Final = "INSERT INTO messages (execution_id, log_id, idx, body) VALUES (?, ?, ?, ?)"
+_INSERT_ROW: Final = (
+    f"INSERT INTO checkpoints ({_ROW_COLUMNS}, new_messages, synced) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# How many messages a log holds: the count of its newest row that added some.
+_LOG_LENGTH: Final = (
+    "SELECT message_count FROM checkpoints WHERE execution_id = ? AND log_id = ? "
+    "AND new_messages IS NOT NULL ORDER BY seq DESC LIMIT 1"
+)
+_LOG_CHUNKS: Final = (
+    "SELECT message_count, new_messages FROM checkpoints WHERE execution_id = ? AND log_id = ? "
+    "AND new_messages IS NOT NULL ORDER BY seq"
+)
 _PENDING_COLUMNS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -371,7 +389,11 @@ class SQLiteStore:
                         f"understands up to version {SCHEMA_VERSION}: upgrade tether"
                     )
                 for target in sorted(v for v in _MIGRATIONS if v > version):
-                    for statement in _MIGRATIONS[target]:
+                    migration = _MIGRATIONS[target]
+                    if callable(migration):
+                        migration(conn)
+                        continue
+                    for statement in migration:
                         conn.execute(statement)
                 if version < SCHEMA_VERSION:
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -658,7 +680,7 @@ class SQLiteStore:
                 "ORDER BY seq DESC",
                 (eid,),
             )
-            for log_id, agent_path in cursor:
+            for log_id, agent_path in cursor.fetchall():
                 if conversation_of(agent_path) == conversation:
                     return log_id, _load_log(conn, eid, log_id)
             return None
@@ -670,47 +692,37 @@ class SQLiteStore:
     def _insert(
         self, conn: sqlite3.Connection, stored: StoredRow, log: LogAppend | None, synced: int = 0
     ) -> None:
-        """Insert a planned row and its new messages (inside the caller's transaction)."""
+        """Insert a planned row with the messages it adds (inside the caller's transaction)."""
         eid = stored.execution_id
         if (
             stored.seq == 0
             and conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)).fetchone()
         ):
             raise RunExists(f"run {eid!r} already has checkpoints")
-        if stored.log_id is not None:
-            need = log.start if log is not None else stored.message_count
-            last = conn.execute(
-                "SELECT idx FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx DESC LIMIT 1",
-                (eid, stored.log_id),
-            ).fetchone()
-            have = 0 if last is None else last[0] + 1
+        need = log.start if log is not None else stored.message_count
+        if stored.log_id is not None and need:
+            last = conn.execute(_LOG_LENGTH, (eid, stored.log_id)).fetchone()
+            have = 0 if last is None else last[0]
             if (log is not None and have != need) or have < need:
                 raise _LogGap
+        chunk = log.chunk if log is not None else None
         try:
-            conn.execute(_INSERT_ROW, (*stored[:-1], _ts(stored.created_at), synced))
+            conn.execute(_INSERT_ROW, (*stored[:-1], _ts(stored.created_at), chunk, synced))
         except sqlite3.IntegrityError as exc:
             what = "checkpoint_id" if "checkpoint_id" in str(exc) else "seq"
             value = stored.checkpoint_id if what == "checkpoint_id" else stored.seq
             raise WriteConflict(
                 f"{what} {value!r} is already taken (run {eid!r}, node {stored.node_id!r}): a stale writer lost"
             ) from exc
-        if log is not None:
-            if len(log.bodies) == 1:  # the common step: one new message (execute is cheaper)
-                conn.execute(_INSERT_MESSAGE, (eid, log.log_id, log.start, log.bodies[0]))
-            else:
-                conn.executemany(
-                    _INSERT_MESSAGE,
-                    [(eid, log.log_id, log.start + i, body) for i, body in enumerate(log.bodies)],
-                )
         if stored.step_type == RUN_END:
             conn.execute("DELETE FROM pending_interrupts WHERE execution_id = ?", (eid,))
 
     async def delete_run(self, execution_id: str) -> int:
-        """Delete the run's rows, messages, pending row and cache in one transaction."""
+        """Delete the run's rows, pending row and cache in one transaction."""
 
         def run(conn: sqlite3.Connection) -> int:
             deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
-            for table in ("messages", "pending_interrupts", "idempotency_cache"):
+            for table in ("pending_interrupts", "idempotency_cache"):
                 conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
             return int(deleted)
 
@@ -991,11 +1003,11 @@ def _pending(found: Sequence[Any]) -> PendingInterrupt:
     )
 
 
-def _load_log(conn: sqlite3.Connection, execution_id: str, log_id: str) -> list[Any]:
-    cursor = conn.execute(
-        "SELECT body FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx", (execution_id, log_id)
-    )
-    return [decode(body) for (body,) in cursor]
+def _load_log(
+    conn: sqlite3.Connection, execution_id: str, log_id: str, split: Callable[[bytes], list[Any]] = decode
+) -> list[Any]:
+    """A log's messages (decoded, or as JSON bytes with ``split=split_chunk``)."""
+    return replay_log(conn.execute(_LOG_CHUNKS, (execution_id, log_id)).fetchall(), split)
 
 
 def _materialise(conn: sqlite3.Connection, ctx: _Ctx, found: Sequence[Any]) -> Checkpoint:
@@ -1061,29 +1073,75 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
         if newest is None:
             continue  # a cache of a run without rows has not completed: keep it
         if newest[1] == RUN_END and newest[2] == COMPLETED:
-            count = conn.execute(
-                "DELETE FROM checkpoints WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
-            ).rowcount
+            doomed = conn.execute(
+                "SELECT seq FROM checkpoints WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
+            ).fetchall()
             conn.execute(
                 "DELETE FROM idempotency_cache WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
             )
         else:
-            keep = _reentry_rows(conn, eid)
-            marks = ", ".join("?" * len(keep))
-            count = conn.execute(
-                f"DELETE FROM checkpoints WHERE execution_id = ? AND created_at < ? AND status = ? "
-                f"AND seq NOT IN ({marks})",
-                (eid, cutoff, COMPLETED, *keep),
-            ).rowcount
-        if count:
-            deleted += count
+            keep = set(_reentry_rows(conn, eid))
+            doomed = [
+                found
+                for found in conn.execute(
+                    "SELECT seq FROM checkpoints WHERE execution_id = ? AND created_at < ? AND status = ?",
+                    (eid, cutoff, COMPLETED),
+                )
+                if found[0] not in keep
+            ]
+        if doomed:
+            deleted += _delete_rows(conn, eid, [seq for (seq,) in doomed])
             touched.add(eid)
-            conn.execute(
-                "DELETE FROM messages WHERE execution_id = ? AND log_id NOT IN "
-                "(SELECT log_id FROM checkpoints WHERE execution_id = ? AND log_id IS NOT NULL)",
-                (eid, eid),
-            )
     return deleted, touched
+
+
+def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -> int:
+    """Delete rows of one run; the messages they added move onto the remaining rows that need them."""
+    moved = {
+        log_id: _load_log(conn, execution_id, log_id, split_chunk)
+        for (log_id,) in conn.execute(
+            "SELECT DISTINCT log_id FROM checkpoints WHERE execution_id = ? AND new_messages IS NOT NULL",
+            (execution_id,),
+        ).fetchall()
+    }
+    conn.executemany(
+        "DELETE FROM checkpoints WHERE execution_id = ? AND seq = ?", [(execution_id, s) for s in seqs]
+    )
+    for log_id, bodies in moved.items():
+        rows = conn.execute(
+            "SELECT id, message_count, new_messages FROM checkpoints WHERE execution_id = ? AND log_id = ? "
+            "ORDER BY seq",
+            (execution_id, log_id),
+        ).fetchall()
+        chunks = rechunk([count for _, count, _ in rows], bodies)
+        conn.executemany(
+            "UPDATE checkpoints SET new_messages = ? WHERE id = ?",
+            [(chunk, rid) for (rid, _, old), chunk in zip(rows, chunks, strict=True) if old != chunk],
+        )
+    return len(seqs)
+
+
+def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
+    """Schema 2: each row carries the messages it added (``new_messages``); the messages table goes."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN new_messages BLOB")
+    rows = conn.execute(
+        "SELECT id, execution_id, log_id, message_count FROM checkpoints WHERE log_id IS NOT NULL "
+        "ORDER BY execution_id, log_id, seq"
+    ).fetchall()
+    for (eid, log_id), group in itertools.groupby(rows, key=lambda found: (found[1], found[2])):
+        members = list(group)
+        bodies = [
+            bytes(body)
+            for (body,) in conn.execute(
+                "SELECT body FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx", (eid, log_id)
+            )
+        ]
+        chunks = rechunk([found[3] for found in members], bodies)
+        conn.executemany(
+            "UPDATE checkpoints SET new_messages = ? WHERE id = ?",
+            [(chunk, found[0]) for found, chunk in zip(members, chunks, strict=True) if chunk is not None],
+        )
+    conn.execute("DROP TABLE messages")
 
 
 def _reentry_rows(conn: sqlite3.Connection, execution_id: str) -> list[int]:

@@ -749,6 +749,19 @@ class StoreConformance:
             await fresh.append(nxt)
             assert await store.history("run-a") == [rows[-1], nxt]
 
+    async def test_prune_of_old_rows_keeps_the_messages_newer_rows_read(self, store: Store) -> None:
+        with self.bounded():
+            old = utcnow() - timedelta(days=30)
+            msgs = [make_message(i) for i in range(6)]
+            aged = [make_row("done", seq, messages=msgs[: seq + 2], created_at=old) for seq in range(3)]
+            young = [make_row("done", 3, messages=msgs[:5]), make_row("done", 4, messages=msgs)]
+            end = run_end_row("done", 5)
+            await self.write(store, [*aged, *young, end])
+            assert await store.prune(timedelta(days=1)) == 3
+            assert await store.history("done") == [*young, end]
+            fresh = await self.open_store()
+            assert await fresh.history("done") == [*young, end]
+
     # -- idempotency cache -----------------------------------------------------------------------
 
     async def test_cache_insert_if_absent(self, store: Store) -> None:

@@ -120,3 +120,31 @@ def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend("sqlite", str(tmp_path / "tether.db"))
     pg: PgSchema = request.getfixturevalue("pg_schema")
     return Backend("postgres", pg.dsn, pg.schema)
+
+
+# -- a schema-1 database (messages in their own table), for the migration tests ------------------
+
+#: Rows of a schema-1 database: (execution_id, seq, agent_path, log_id, message_count). Log "a" is
+#: extended, re-read at a shorter prefix and extended again; "b" is a second conversation of run "r".
+V1_ROWS: list[tuple[str, int, str | None, str | None, int]] = [
+    ("r", 0, "agent:a", "a", 2),
+    ("r", 1, "agent:a/tool:t", "a", 2),
+    ("r", 2, "agent:a", "a", 5),
+    ("r", 3, "agent:a", "a", 3),
+    ("r", 4, "agent:b", "b", 1),
+    ("r", 5, "agent:a", "a", 6),
+    ("s", 0, None, None, 0),
+]
+#: The messages each schema-1 log holds, by log_id.
+V1_LOGS: dict[str, list[dict[str, Any]]] = {
+    "a": [{"role": "user", "content": f"a{i}", "n": -0.0 if i == 1 else i} for i in range(6)],
+    "b": [{"role": "user", "content": "b0"}],
+}
+
+
+def v1_expected(execution_id: str, seq: int) -> list[dict[str, Any]] | None:
+    """The messages a schema-1 row holds (``None``: the row has no message log)."""
+    for eid, s, _, log_id, count in V1_ROWS:
+        if (eid, s) == (execution_id, seq):
+            return None if log_id is None else V1_LOGS[log_id][:count]
+    raise KeyError((execution_id, seq))

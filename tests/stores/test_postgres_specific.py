@@ -17,7 +17,9 @@ from typing import Any
 
 import anyio
 import asyncpg
+import msgspec
 import pytest
+from conftest import V1_LOGS, V1_ROWS, v1_expected
 
 from stores import (
     AlreadyResumed,
@@ -176,7 +178,7 @@ async def test_concurrent_setup_on_fresh_schema_all_succeed(schema: str) -> None
         versions = await conn.fetch(f'SELECT version FROM "{schema}".schema_version')
     finally:
         await conn.close()
-    assert [v[0] for v in versions] == [SCHEMA_VERSION]
+    assert sorted(v[0] for v in versions) == list(range(1, SCHEMA_VERSION + 1))  # each applied once
 
 
 async def test_two_processes_migrate_the_same_fresh_schema(schema: str) -> None:
@@ -203,6 +205,75 @@ async def test_two_processes_migrate_the_same_fresh_schema(schema: str) -> None:
             for _ in range(3):
                 tg.start_soon(migrate)
     assert codes == [0, 0, 0]
+
+
+async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: str) -> None:
+    """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
+    from stores._postgres import _MIGRATIONS
+
+    version, ddl = _MIGRATIONS[0]
+    assert version == 1
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(
+            f'CREATE SCHEMA "{schema}"; CREATE TABLE "{schema}".schema_version '
+            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); "
+            f'INSERT INTO "{schema}".schema_version (version) VALUES (1)'
+        )
+        await conn.execute(ddl.replace("{s}", f'"{schema}"'))
+        for eid, seq, agent_path, log_id, count in V1_ROWS:
+            await conn.execute(
+                f'INSERT INTO "{schema}".checkpoints (checkpoint_id, execution_id, seq, runner, node_id, '
+                "step_index, step_type, status, state_snapshot, log_id, message_count, node_input, "
+                "node_output, interrupt_context, agent_path, created_at) VALUES ($1, $2, $3, 'a', $4, $3, "
+                "'llm_call', 'completed', '{\"turn\":1}', $5, $6, '{}', '{}', '{}', $7, now())",
+                f"{eid}-{seq}",
+                eid,
+                seq,
+                f"turn:{seq}",
+                log_id,
+                count,
+                agent_path,
+            )
+        for log_id, messages in V1_LOGS.items():
+            for idx, message in enumerate(messages):
+                await conn.execute(
+                    f'INSERT INTO "{schema}".messages VALUES ($1, $2, $3, $4)',
+                    "r",
+                    log_id,
+                    idx,
+                    msgspec.json.encode(message).decode(),
+                )
+    finally:
+        await conn.close()
+
+    async with PostgresStore(DSN, schema=schema) as store:
+        for eid in ("r", "s"):
+            for found in await store.history(eid):
+                want = v1_expected(eid, found.seq)
+                assert found.state_snapshot == (
+                    {"turn": 1} if want is None else {"messages": want, "turn": 1}
+                )
+        assert (await store.latest("r")) == (await store.history("r"))[-1]
+        more = [*V1_LOGS["a"], {"role": "user", "content": "a6"}]
+        async with PostgresStore(DSN, schema=schema) as fresh:
+            await fresh.latest("r")  # as a resuming engine does: it learns the log it extends
+            await fresh.append(row("r", 6, more))
+        await store.latest("r")  # its memory of the log is stale now: read it again
+        await store.append(row("r", 7, [*more, {"role": "user", "content": "a7"}]))
+        assert [c.state_snapshot["messages"] for c in (await store.history("r"))[-2:]] == [
+            more,
+            [*more, {"role": "user", "content": "a7"}],
+        ]
+    conn = await asyncpg.connect(DSN)
+    try:
+        versions = [r[0] for r in await conn.fetch(f'SELECT version FROM "{schema}".schema_version')]
+        table = await conn.fetchval(f"SELECT to_regclass('\"{schema}\".messages')")
+    finally:
+        await conn.close()
+    assert sorted(versions) == [1, 2] and SCHEMA_VERSION == 2
+    assert table is None
+    assert await _message_rows(schema) == len(V1_LOGS["a"]) + 2 + len(V1_LOGS["b"])  # each stored once
 
 
 async def test_newer_schema_is_refused(store: PostgresStore, schema: str) -> None:
@@ -319,7 +390,9 @@ async def test_run_exists_after_prune_removed_seq_zero(store: PostgresStore) -> 
 async def _message_rows(schema: str) -> int:
     conn = await asyncpg.connect(DSN)
     try:
-        count: int = await conn.fetchval(f'SELECT count(*) FROM "{schema}".messages')
+        count: int = await conn.fetchval(
+            f'SELECT coalesce(sum(json_array_length(new_messages)), 0) FROM "{schema}".checkpoints'
+        )
         return count
     finally:
         await conn.close()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
+from conftest import V1_LOGS, V1_ROWS, v1_expected
 
 from stores import (
     AlreadyResumed,
@@ -51,8 +53,10 @@ def exists(path: str) -> bool:
 
 
 def message_rows(path: Path) -> int:
+    """How many messages are stored: the sum of every row's chunk."""
     with sqlite3.connect(path) as conn:
-        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+        found = conn.execute("SELECT coalesce(sum(json_array_length(new_messages)), 0) FROM checkpoints")
+        return int(found.fetchone()[0])
 
 
 async def test_files_are_private_and_settings_applied(tmp_path: Path) -> None:
@@ -313,3 +317,56 @@ async def test_outbox_round_trip(tmp_path: Path) -> None:
             await other.close()
     finally:
         await store.close()
+
+
+async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Path) -> None:
+    """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
+    from stores._sqlite import _MIGRATIONS, SCHEMA_VERSION, _ts
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    v1 = _MIGRATIONS[1]
+    assert isinstance(v1, tuple)
+    for statement in v1:
+        conn.execute(statement)
+    now = _ts(datetime.now(UTC))
+    for eid, seq, agent_path, log_id, count in V1_ROWS:
+        conn.execute(
+            "INSERT INTO checkpoints (checkpoint_id, execution_id, seq, runner, node_id, step_index, "
+            "step_type, status, state_snapshot, log_id, message_count, node_input, node_output, "
+            "interrupt_context, agent_path, created_at) "
+            "VALUES (?, ?, ?, 'a', ?, ?, 'llm_call', 'completed', ?, ?, ?, '{}', '{}', '{}', ?, ?)",
+            (f"{eid}-{seq}", eid, seq, f"turn:{seq}", seq, b'{"turn":1}', log_id, count, agent_path, now),
+        )
+    for log_id, messages in V1_LOGS.items():
+        for idx, message in enumerate(messages):
+            conn.execute(
+                "INSERT INTO messages VALUES (?, ?, ?, ?)", ("r", log_id, idx, msgspec.json.encode(message))
+            )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+    async with SQLiteStore(path) as store:
+        for eid in ("r", "s"):
+            for found in await store.history(eid):
+                want = v1_expected(eid, found.seq)
+                assert found.state_snapshot == (
+                    {"turn": 1} if want is None else {"messages": want, "turn": 1}
+                )
+        assert (await store.latest("r")) == (await store.history("r"))[-1]
+        # The converted log goes on: a store that never saw it extends it, and so does this one.
+        more = [*V1_LOGS["a"], {"role": "user", "content": "a6"}]
+        async with SQLiteStore(path) as fresh:
+            await fresh.append(row("r", 6, more))
+        await store.append(row("r", 7, [*more, {"role": "user", "content": "a7"}]))
+        assert [c.state_snapshot["messages"] for c in (await store.history("r"))[-2:]] == [
+            more,
+            [*more, {"role": "user", "content": "a7"}],
+        ]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert "messages" not in tables
+    assert message_rows(path) == len(V1_LOGS["a"]) + 2 + len(V1_LOGS["b"])  # each message stored once
