@@ -379,6 +379,9 @@ class PostgresStore:
         self._queue: list[_Queued] = []
         self._flushers = 0
         self._max_flushers = max_flushers
+        # Connections taken from the pool once and kept for the flushers (at most one each): an
+        # append then costs no pool acquire/release (asyncpg's release alone schedules a task).
+        self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
 
     def __repr__(self) -> str:
         return f"PostgresStore({_describe(self.dsn)}, schema={self.schema!r})"
@@ -459,12 +462,15 @@ class PostgresStore:
         self._closed = True
         pool, self._pool = self._pool, None
         conn, self._lock_conn = self._lock_conn, None
+        writers, self._writers = self._writers, []
         self._held.clear()
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(_CLOSE_TIMEOUT):
                 if conn is not None:
                     await conn.close()
                 if pool is not None:
+                    for writer in writers:
+                        await pool.release(writer)
                     await pool.close()
                 return
             if conn is not None:
@@ -516,22 +522,44 @@ class PostgresStore:
 
     async def _flush_until(self, pool: asyncpg.Pool, item: _Queued) -> None:
         """Write queued batches until ``item`` is done (it may be in another flusher's batch)."""
-        # Let appenders that are ready to run queue their rows first, so they share this commit.
-        await anyio.lowlevel.cancel_shielded_checkpoint()
-        while not item.done.is_set():
-            if not self._queue:
-                await item.done.wait()
-                return
-            batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-            with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
-                await self._flush(pool, batch)
+        # Under load (another flusher busy, or rows already queued), let appenders that are ready to
+        # run queue their rows first, so they share this commit. A lone appender writes at once.
+        if self._flushers > 1 or len(self._queue) > 1:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        writer: asyncpg.pool.PoolConnectionProxy | None = None
+        try:
+            while not item.done.is_set():
+                if not self._queue:
+                    await item.done.wait()
+                    return
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
+                    if writer is None:
+                        writer = self._writers.pop() if self._writers else await self._take_writer(pool)
+                    await self._flush(writer, batch)
+        finally:
+            if writer is not None:
+                await self._give_back(pool, writer)
 
-    async def _flush(self, pool: asyncpg.Pool, batch: list[_Queued]) -> None:
+    async def _take_writer(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
+        with self._lost():
+            conn: asyncpg.pool.PoolConnectionProxy = await pool.acquire(timeout=self._connect_timeout)
+        return conn
+
+    async def _give_back(self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy) -> None:
+        """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool."""
+        if self._pool is pool and not writer.is_closed() and not writer.is_in_transaction():
+            self._writers.append(writer)
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+            await pool.release(writer)
+
+    async def _flush(self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[_Queued]) -> None:
         written: set[str] = set()
         if len(batch) > 1:
             try:
                 with self._lost():
-                    recs = await pool.fetch(self._sql["batch"], *_batch_args(batch))
+                    recs = await writer.fetch(self._sql["batch"], *_batch_args(batch))
                 written = {rec[0] for rec in recs}
             except (asyncpg.PostgresError, StoreUnavailable):
                 written = set()  # e.g. two stale writers of one log in the batch: go one by one
@@ -540,7 +568,7 @@ class PostgresStore:
                 item.finish(None)
                 continue
             try:  # refused (or a batch of one): the single statement gives the exact outcome
-                await self._write_planned("append", item.row, item.plan, ())
+                await self._write_planned("append", item.row, item.plan, (), via=writer)
                 item.finish(None)
             except Exception as exc:
                 item.finish(exc)
@@ -580,15 +608,23 @@ class PostgresStore:
         plan = self._plan(row)
         await self._write_planned(kind, row, plan, extra)
 
-    async def _write_planned(self, kind: str, row: Checkpoint, plan: _Plan, extra: tuple[Any, ...]) -> None:
+    async def _write_planned(
+        self,
+        kind: str,
+        row: Checkpoint,
+        plan: _Plan,
+        extra: tuple[Any, ...],
+        via: asyncpg.pool.PoolConnectionProxy | None = None,
+    ) -> None:
+        """Write a planned row with one statement, on ``via`` or a pooled connection."""
         try:
-            pool = await self._ready()
-            if await self._run(pool, kind, row, plan, extra):
+            runner = via if via is not None else await self._ready()
+            if await self._run(runner, kind, row, plan, extra):
                 return
             # Nothing inserted: the run exists (seq 0), or our memory of its log is stale. Re-plan
             # against a fresh log once; a second refusal can only mean the run exists.
             self._logs.forget(row.execution_id)
-            if await self._run(pool, kind, row, self._plan(row), extra):
+            if await self._run(runner, kind, row, self._plan(row), extra):
                 return
         except BaseException:
             self._logs.forget(row.execution_id)
@@ -601,13 +637,18 @@ class PostgresStore:
         )
 
     async def _run(
-        self, pool: asyncpg.Pool, kind: str, row: Checkpoint, plan: _Plan, extra: tuple[Any, ...]
+        self,
+        runner: asyncpg.Pool | asyncpg.pool.PoolConnectionProxy,
+        kind: str,
+        row: Checkpoint,
+        plan: _Plan,
+        extra: tuple[Any, ...],
     ) -> bool:
         try:
             with self._lost():
                 if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
                     kind = "append_step"
-                return bool(await pool.fetchval(self._sql[kind], *_args(plan), *extra))
+                return bool(await runner.fetchval(self._sql[kind], *_args(plan), *extra))
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(row, exc) from None
 

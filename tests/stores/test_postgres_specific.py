@@ -89,21 +89,19 @@ def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
 
 
 class Counter:
-    """Stands in for a store's pool and counts the statements sent through it."""
+    """Counts the statements sent by every asyncpg connection (the pool's and the held writers')."""
 
     def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
-        self._pool = store._pool
-        monkeypatch.setattr(store, "_pool", self)
+        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
+            monkeypatch.setattr(
+                asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
+            )
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._pool, name)
-        if name.startswith("_") or not callable(target):
-            return target
-
-        def call(*args: Any, **kw: Any) -> Any:
+    def _counted(self, name: str, method: Any) -> Any:
+        def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
             self.calls.append(name)
-            return target(*args, **kw)
+            return method(conn, *args, **kw)
 
         return call
 
