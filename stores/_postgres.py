@@ -331,6 +331,7 @@ _LOST_ERRORS: Final = (
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.InternalClientError,  # a connection whose server went away mid-protocol
 )
 
 # A write's arguments: the planned row and its message append, kept to re-plan after a stale log.
@@ -527,6 +528,7 @@ class PostgresStore:
         if self._flushers > 1 or len(self._queue) > 1:
             await anyio.lowlevel.cancel_shielded_checkpoint()
         writer: asyncpg.pool.PoolConnectionProxy | None = None
+        broken = False
         try:
             while not item.done.is_set():
                 if not self._queue:
@@ -535,27 +537,48 @@ class PostgresStore:
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                 with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
                     if writer is None:
-                        writer = self._writers.pop() if self._writers else await self._take_writer(pool)
-                    await self._flush(writer, batch)
+                        writer = self._idle_writer() or await self._take_writer(pool)
+                    broken = await self._flush(writer, batch) or broken
         finally:
             if writer is not None:
-                await self._give_back(pool, writer)
+                await self._give_back(pool, writer, broken)
+
+    def _idle_writer(self) -> asyncpg.pool.PoolConnectionProxy | None:
+        """A kept writer connection that is still usable, if any."""
+        while self._writers:
+            writer = self._writers.pop()
+            try:
+                if not writer.is_closed():
+                    return writer
+            except asyncpg.InterfaceError:
+                pass  # lost while idle: the pool has already taken it back
+        return None
 
     async def _take_writer(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
         with self._lost():
             conn: asyncpg.pool.PoolConnectionProxy = await pool.acquire(timeout=self._connect_timeout)
         return conn
 
-    async def _give_back(self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy) -> None:
+    async def _give_back(
+        self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy, broken: bool
+    ) -> None:
         """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool."""
-        if self._pool is pool and not writer.is_closed() and not writer.is_in_transaction():
+        try:
+            healthy = not writer.is_closed() and not writer.is_in_transaction()
+        except asyncpg.InterfaceError:
+            return  # its connection was lost and the pool has already taken it back
+        if healthy and not broken and self._pool is pool:
             self._writers.append(writer)
             return
+        if broken:
+            writer.terminate()  # its protocol state is unknown: never reuse it
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
             await pool.release(writer)
 
-    async def _flush(self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[_Queued]) -> None:
+    async def _flush(self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[_Queued]) -> bool:
+        """Write ``batch`` on ``writer``, finishing each item; ``True`` if the connection was lost."""
         written: set[str] = set()
+        broken = False
         if len(batch) > 1:
             try:
                 with self._lost():
@@ -571,7 +594,9 @@ class PostgresStore:
                 await self._write_planned("append", item.row, item.plan, (), via=writer)
                 item.finish(None)
             except Exception as exc:
+                broken = broken or isinstance(exc, StoreUnavailable)
                 item.finish(exc)
+        return broken
 
     def _hand_off(self) -> None:
         """Give a free flusher slot to the oldest waiting appender."""

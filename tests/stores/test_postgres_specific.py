@@ -584,3 +584,34 @@ async def test_cancelled_waiting_appender_leaves_no_row(store: PostgresStore) ->
     assert store._flushers == 0 and store._queue == []
     for i in range(8):
         assert len(await store.history(f"s{i}")) == 1
+
+
+async def test_held_writer_connections_are_released_on_close(schema: str) -> None:
+    store = PostgresStore(DSN, schema=schema)
+    await store.setup()
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(store.append, row(f"w{i}", 0))
+    assert store._writers  # appends keep their connections between flushes
+    with anyio.fail_after(2):  # a writer not given back would hold close() for its full timeout (5 s)
+        await store.close()
+
+
+async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> None:
+    await store.append(row("r", 0))
+    pids = [writer.get_server_pid() for writer in store._writers]
+    assert pids
+    conn = await asyncpg.connect(DSN)
+    try:
+        for pid in pids:
+            await conn.execute("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await conn.close()
+    with anyio.fail_after(10):
+        try:
+            await store.append(row("r", 1))
+        except StoreUnavailable:
+            await store.append(row("r", 1))  # the next flush takes a fresh connection
+        await store.append(row("r", 2))
+    assert [c.seq for c in await store.history("r")] == [0, 1, 2]
+    assert pids[0] not in [writer.get_server_pid() for writer in store._writers]
