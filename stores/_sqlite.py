@@ -146,7 +146,6 @@ _LOG_CHUNKS: Final = (
     "AND new_messages IS NOT NULL ORDER BY seq"
 )
 _PENDING_COLUMNS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _MAX_BATCH: Final = 512
 _CLOSE_TIMEOUT: Final = 10.0
@@ -189,6 +188,21 @@ def _ts(value: datetime) -> str:
 
 def _dt(value: str) -> datetime:
     return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def _create_private(path: str) -> None:
+    """Create a missing database file with mode 0600 (SQLite gives its -wal and -shm the same mode).
+
+    Only a file that does not exist yet is opened here: closing any descriptor of a database file
+    drops every POSIX lock this process holds on it, including those of SQLite connections that
+    another store instance has open on it, and another process could then checkpoint and delete
+    the WAL under them (seen as "database disk image is malformed").
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -342,13 +356,7 @@ class SQLiteStore:
         path = self.path
         try:
             if writer:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                try:
-                    head = os.pread(fd, len(_SQLITE_MAGIC), 0)
-                finally:
-                    os.close(fd)
-                if head and head != _SQLITE_MAGIC[: len(head)]:
-                    raise StoreUnavailable(f"{path!r} is not a SQLite database")
+                _create_private(path)
             conn = sqlite3.connect(
                 path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
@@ -368,6 +376,8 @@ class SQLiteStore:
                 conn.execute("PRAGMA query_only = 1")
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:  # SQLite read the header, wrote nothing
+                raise StoreUnavailable(f"{path!r} is not a SQLite database") from exc
             raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc
         except BaseException:
             conn.close()

@@ -370,3 +370,32 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
     conn.close()
     assert "messages" not in tables
     assert message_rows(path) == len(V1_LOGS["a"]) + 2 + len(V1_LOGS["b"])  # each message stored once
+
+
+def _locks_held(path: Path) -> list[str]:
+    """This process's POSIX locks on ``path``, as /proc/locks lists them (type and byte range)."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as table:
+        return [
+            f"{fields[3]} {fields[-2]}-{fields[-1]}"
+            for fields in (line.split() for line in table)
+            if fields[1] == "POSIX" and fields[4] == str(os.getpid()) and fields[5].endswith(f":{inode}")
+        ]
+
+
+async def test_a_second_store_on_the_file_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """Opening and closing a second store instance on the file keeps the first one's SQLite locks.
+
+    Closing any descriptor of a database file drops every POSIX lock the process holds on it; the
+    last connection of another process may then checkpoint and delete the WAL under this one (proof
+    2 saw "database disk image is malformed" that way before the store stopped opening the file).
+    """
+    path = tmp_path / "t.db"
+    async with SQLiteStore(path) as first:
+        await first.append(row("r", 0, [msg(0)]))
+        before = _locks_held(path)
+        assert before  # a WAL connection holds a shared lock on the database file while open
+        async with SQLiteStore(path) as second:
+            assert len(await second.history("r")) == 1
+        assert _locks_held(path) == before
+        assert len(await first.history("r")) == 1
