@@ -147,7 +147,10 @@ class Cell:
         """Retire the actor the next time its mailbox is empty (no message can be lost)."""
         self.passivate_when_idle = True
         self.signal = True
-        self._wake()
+        if current_cell.get() is not self:
+            # From its own task (a run retiring itself after its message) the loop reads the flag
+            # before its next receive anyway: no WAKE token, no extra turn of the loop.
+            self._wake()
 
     def stop_normally(self) -> None:
         self.request(ExitReason.NORMAL)
