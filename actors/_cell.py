@@ -233,8 +233,7 @@ class Cell:
             _log.warning("actor.crash", actor_id=self.id, error=repr(exc))
         finally:
             self.scope = None
-            with anyio.CancelScope(shield=True):
-                await self._end_incarnation(started)
+            await self._end_incarnation(started)
         return reason, error
 
     async def _loop(self) -> ExitReason:
@@ -299,14 +298,20 @@ class Cell:
                 await self._handle(item)
 
     async def _end_incarnation(self, started: bool) -> None:
-        """Stop this incarnation's children, then run ``on_stop`` (called shielded; time-bounded)."""
+        """Stop this incarnation's children, then run ``on_stop``; each step shielded and time-bounded.
+
+        One shielded scope with a deadline per step (not a shield around a ``move_on_after``): the
+        same bound, one scope less on every actor's exit.
+        """
         node, self.node = self.node, None
         if node is not None:
-            with anyio.move_on_after(self.spec.stop_timeout * 2 + 1.0):
+            deadline = anyio.current_time() + self.spec.stop_timeout * 2 + 1.0
+            with anyio.CancelScope(deadline=deadline, shield=True):
                 await node.shutdown()
         if not started:
             return
-        with anyio.move_on_after(self.spec.stop_timeout) as bound:
+        deadline = anyio.current_time() + self.spec.stop_timeout
+        with anyio.CancelScope(deadline=deadline, shield=True) as bound:
             try:
                 await self.actor.on_stop(self.ctx)
             except Exception as exc:
