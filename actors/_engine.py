@@ -9,11 +9,11 @@ A model turn overlaps the commit of its own row (decision)
 
 What overlaps: only a model call with the append of its turn's ``llm_call`` row. The run's task starts
 the model call in a child task of the activation's task group, then appends the row itself, as any
-step does. The child starts when the run's task first suspends inside the append (by then the row is
-planned and queued), and the commit goes on while the model answers. The reply is looked at only
-after the append has returned, that is once the row is committed: nothing that depends on the turn
-(the next row, a tool, a pause and its pending row, the ``run_end`` marker, the reported result, any
-use of the reply) can happen before the row is durable.
+step does. The child yields once before it calls the model, so that a store which hands its write on
+at the next loop iteration (SQLite's group commit) does so first. The reply is looked at only after
+the append has returned, that is once the row is committed: nothing that depends on the turn (the next
+row, a tool, a pause and its pending row, the ``run_end`` marker, the reported result, any use of the
+reply) can happen before the row is durable.
 
 If the append fails (``WriteConflict``, ``RunExists``, ``StoreUnavailable``, ...), the model call is
 cancelled, its reply or error is discarded, and the append's error goes on exactly as if it had failed
@@ -49,10 +49,9 @@ long as the model takes to honour the cancellation, as before.
 Which models: every model except a ``FunctionModel`` over a plain (sync) function. Such a model
 answers on the loop thread without ever waiting, so nothing can run beside it: its Python holds the
 GIL that the store's writer thread needs to start the commit, and the child task would only add its
-own cost (measured with the overlap forced on for such a model: about 25 us of loop CPU per turn and
-about 4 % fewer runs/s on the sequential SQLite step-path benchmark). Its turns append, then call, as
-before. A model that waits (a real model on the network, an async ``FunctionModel``) hides the commit
-of its turn's row behind its own latency.
+own cost (measured: about 25 us of loop CPU per turn, a few per cent of the step-path benchmark).
+Its turns append, then call, as before. A model that waits (a real model on the network, an async
+``FunctionModel``) hides the commit of its turn's row behind its own latency.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from stores import AlreadyResumed, Checkpoint, PendingInterrupt, RunExists, Store, WriteConflict
@@ -114,15 +114,12 @@ class _Paused(Exception):
 class _ModelCall:
     """One model call running beside the append of its turn's row; read only once ``done`` is set."""
 
-    __slots__ = ("abandoned", "done", "error", "reply")
+    __slots__ = ("done", "error", "reply")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.reply: ModelReply | None = None
         self.error: Exception | None = None
-        # Set when the append failed or the run was cancelled: a task that has not started yet
-        # (anyio cancels only started tasks) must not call the model at all.
-        self.abandoned = False
 
 
 class RunEngine:
@@ -324,8 +321,7 @@ class RunEngine:
         try:
             await self._append(row)
         except BaseException:
-            call.abandoned = True  # the reply will be discarded: never start the call, or stop it
-            group.cancel_scope.cancel()
+            group.cancel_scope.cancel()  # the reply will be discarded: stop the call
             raise
         if not call.done.is_set():
             await call.done.wait()  # the model's own time, as before the overlap
@@ -335,10 +331,9 @@ class RunEngine:
         return call.reply
 
     async def _complete(self, call: _ModelCall, messages: list[Message]) -> None:
-        """The model call of one turn (a child task); its outcome lands in ``call``."""
+        """The model call of one turn (a child task): yield once so the row's write is handed on first."""
         try:
-            if call.abandoned:
-                return
+            await anyio.lowlevel.checkpoint()
             call.reply = await self.agent.model.complete(messages, self._schemas)
         except Exception as error:
             call.error = error
