@@ -3,64 +3,14 @@
 :class:`RunEngine` is the run actor's state machine, kept apart from the actor so the row logic reads
 top to bottom. Every step writes its row before it runs (rule 1); every resume appends its own row
 before it does anything else, so the unique ``(execution_id, seq)`` key lets exactly one writer win.
-
-A model turn overlaps the commit of its own row (decision)
------------------------------------------------------------
-
-What overlaps: only a model call with the append of its turn's ``llm_call`` row. The run's task starts
-the model call in a child task of the activation's task group, then appends the row itself, as any
-step does. The child yields once before it calls the model, so that a store which hands its write on
-at the next loop iteration (SQLite's group commit) does so first. The reply is looked at only after
-the append has returned, that is once the row is committed: nothing that depends on the turn (the next
-row, a tool, a pause and its pending row, the ``run_end`` marker, the reported result, any use of the
-reply) can happen before the row is durable.
-
-If the append fails (``WriteConflict``, ``RunExists``, ``StoreUnavailable``, ...), the model call is
-cancelled, its reply or error is discarded, and the append's error goes on exactly as if it had failed
-before the model call. A row the store refuses while planning it (``SerializationError``,
-``RowTooLarge``) is refused before the model is called: both built-in stores encode and size-check a
-row before their first suspension, and the child task cannot start before the run's task suspends.
-(A store that suspended before planning would let the model call start; its reply would still be
-discarded and the same error would surface.)
-
-What never overlaps: ``tool_call`` rows, the pause (``hitl_pause`` and the pending row), the
-``resume`` claim, ``recover``, ``fork_origin`` and ``run_end``. Each is committed before its step
-runs, so a tool's side effect never starts before its row is durable.
-
-Why it is safe: a model call has no effect the run depends on (a crash already re-issues a model turn,
-rule 5), and its reply is used only after its row is durable. The crash windows are unchanged: each
-append starts at the same point of the run as before and the next step waits for its commit, so a
-crash at a given moment re-enters where it would have (a tool re-runs only if the process dies
-between the tool's start and the commit of the row after it, as before).
-
-What a crash sees differently: the model call now runs inside that window. A process that dies inside
-an overlapped model call (an out-of-memory kill in the client, say) before the turn's row is
-committed re-enters at the tool's row and runs the tool again (``@idempotent`` absorbs that), where the
-strict order would only re-issue the model call. ``tests/actors/test_overlap.py`` shows both. The
-boundary proofs' "killed waiting on the model" holds as written because their model is a plain
-function, which is not overlapped.
-
-Cancellation: the append is awaited by the run's own task, like every other append, so a cancel
-interrupts that wait as it always did (the write stands or falls on its own; the cancel marker
-re-reads the newest row and retries on a conflict). The model's child task is cancelled with the run
-and awaited by the activation's task group, so no task outlives the activation; that wait lasts as
-long as the model takes to honour the cancellation, as before.
-
-Which models: every model except a ``FunctionModel`` over a plain (sync) function. Such a model
-answers on the loop thread without ever waiting, so nothing can run beside it: its Python holds the
-GIL that the store's writer thread needs to start the commit, and the child task would only add its
-own cost (measured: about 25 us of loop CPU per turn, a few per cent of the step-path benchmark).
-Its turns append, then call, as before. A model that waits (a real model on the network, an async
-``FunctionModel``) hides the commit of its turn's row behind its own latency.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
-import anyio.lowlevel
 import msgspec
 
 from stores import AlreadyResumed, Checkpoint, PendingInterrupt, RunExists, Store, WriteConflict
@@ -87,11 +37,8 @@ from ._interrupt import PauseSignal, Resume
 from ._log import StepLog
 from ._result import RunResult
 from ._run_errors import MaxTurnsExceeded, ResumeRequired
-from .models import FunctionModel, Message, ModelReply, ToolCall
+from .models import Message, ToolCall
 from .models._types import Transcript
-
-if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
 
 __all__ = ["SIBLING_NOTE", "RunEngine"]
 
@@ -109,17 +56,6 @@ class _Paused(Exception):
     def __init__(self, result: RunResult) -> None:
         super().__init__(result.execution_id)
         self.result = result
-
-
-class _ModelCall:
-    """One model call running beside the append of its turn's row; read only once ``done`` is set."""
-
-    __slots__ = ("done", "error", "reply")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.reply: ModelReply | None = None
-        self.error: Exception | None = None
 
 
 class RunEngine:
@@ -148,10 +84,6 @@ class RunEngine:
         self._transcript = Transcript()
         self._turn = 0
         self._on_first_row = on_first_row
-        # Whether model turns overlap their row's commit (module docstring), and the activation's
-        # task group where those model calls run (set by _drive).
-        self._overlap = _overlaps(agent.model)
-        self._group: TaskGroup | None = None
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -259,35 +191,13 @@ class RunEngine:
     async def _drive(self, steps: Awaitable[RunResult]) -> RunResult:
         """Run the steps; an escaped exception writes the failed marker and ends the run (rule 12)."""
         try:
-            return await (self._grouped(steps) if self._overlap else steps)
+            return await steps
         except _Paused as paused:
             return paused.result
         except (AlreadyResumed, RunExists):
             raise  # a lost race or a used id: this writer stops and writes nothing more
         except Exception as error:
             return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
-
-    async def _grouped(self, steps: Awaitable[RunResult]) -> RunResult:
-        """Run ``steps`` inside the activation's task group, where model calls run beside their rows.
-
-        An exception of the steps is re-raised after the group has closed, so it is not wrapped in
-        an exception group; by then the group holds no task (a model call that was in flight was
-        cancelled by the failed append that raised it). Cancellation passes through the group.
-        """
-        failure: Exception | None = None
-        result: RunResult | None = None
-        async with anyio.create_task_group() as group:
-            self._group = group
-            try:
-                result = await steps
-            except Exception as error:
-                failure = error
-            finally:
-                self._group = None
-        if failure is not None:
-            raise failure
-        assert result is not None
-        return result
 
     async def _turns(self, transcript: Transcript, turn: int) -> RunResult:
         """Model turns from ``turn`` on: a row, the model call, then the reply's tool calls."""
@@ -297,48 +207,15 @@ class RunEngine:
                 raise MaxTurnsExceeded(
                     self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
                 )
-            row = self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
-            reply = await self._model_turn(row, transcript)
+            await self._append(
+                self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
+            )
+            reply = await self.agent.model.complete(transcript.messages, self._schemas)
             transcript.append(reply.to_message())
             if not reply.tool_calls:
                 return await self._end(COMPLETED, output=reply.text)
             await self._tools(transcript, turn, reply.tool_calls, 0)
             turn += 1
-
-    async def _model_turn(self, row: Checkpoint, transcript: Transcript) -> ModelReply:
-        """Append the turn's ``llm_call`` row while the model answers; the reply once the row is down.
-
-        See the module docstring: the model call runs in a child task while this task appends; a
-        failed append cancels the call and raises as if the model had never been called. Without the
-        activation's group (a model that does not overlap), the row is appended, then the model called.
-        """
-        group = self._group
-        if group is None:
-            await self._append(row)
-            return await self.agent.model.complete(transcript.messages, self._schemas)
-        call = _ModelCall()
-        group.start_soon(self._complete, call, transcript.messages)
-        try:
-            await self._append(row)
-        except BaseException:
-            group.cancel_scope.cancel()  # the reply will be discarded: stop the call
-            raise
-        if not call.done.is_set():
-            await call.done.wait()  # the model's own time, as before the overlap
-        if call.error is not None:
-            raise call.error
-        assert call.reply is not None
-        return call.reply
-
-    async def _complete(self, call: _ModelCall, messages: list[Message]) -> None:
-        """The model call of one turn (a child task): yield once so the row's write is handed on first."""
-        try:
-            await anyio.lowlevel.checkpoint()
-            call.reply = await self.agent.model.complete(messages, self._schemas)
-        except Exception as error:
-            call.error = error
-        finally:
-            call.done.set()
 
     async def _tools(self, transcript: Transcript, turn: int, calls: Sequence[ToolCall], first: int) -> None:
         """Dispatch ``calls[first:]`` in order, a row before each; a pause stops the run."""
@@ -543,11 +420,6 @@ class RunEngine:
         name = step.state_snapshot.get("tool_name")
         if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
             self.agent.tool(name, execution_id=self.execution_id)
-
-
-def _overlaps(model: object) -> bool:
-    """Whether ``model``'s calls run beside their row's commit: all but a FunctionModel over a sync fn."""
-    return not (isinstance(model, FunctionModel) and not model.is_async)
 
 
 def _tool_message(call: ToolCall, content: str) -> Message:

@@ -28,10 +28,6 @@ class FunctionModel:
             raise TypeError(f"FunctionModel needs a callable, not {type(fn).__name__}")
         self.fn = fn
         self.name = name or getattr(fn, "__qualname__", type(fn).__name__)
-        #: Whether ``fn`` is async (a coroutine function, or an object with an async ``__call__``).
-        #: A plain function answers on the loop thread without waiting, so a run does not overlap
-        #: its call with the commit of the turn's row (see ``actors._engine``).
-        self.is_async = _is_async(fn)
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> ModelReply:
         """Call ``fn`` with a copy of ``messages``; ``tools`` are not shown to it."""
@@ -48,10 +44,3 @@ class FunctionModel:
 
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    return call is not None and inspect.iscoroutinefunction(call)
