@@ -89,8 +89,6 @@ class LogAppend(NamedTuple):
     has ``message_count == start``): a writer with a stale memory of the log re-plans instead.
     """
 
-    execution_id: str
-    log_id: str
     start: int
     chunk: bytes
 
@@ -174,7 +172,7 @@ class MessageLogs:
                 for i, m in enumerate(messages[start:], start)
             ]
             if bodies:
-                append = LogAppend(row.execution_id, log_id, start, b"[" + b",".join(bodies) + b"]")
+                append = LogAppend(start, b"[" + b",".join(bodies) + b"]")
         else:
             rest = snapshot
         stored = StoredRow(
@@ -272,8 +270,9 @@ def replay_log(chunks: Iterable[tuple[int, Any]], split: Callable[[Any], list[An
 
     Each chunk goes at ``message_count - len(chunk)`` (it was written only if the log then had that
     many messages). ``split`` turns a chunk into its messages: decoded (the default),
-    :func:`split_chunk` to keep them as JSON bytes, or ``list`` for a chunk already decoded. A chunk that would leave a gap means rows were
-    lost from under the log: :class:`StoreError`, never a silently shorter conversation.
+    :func:`split_chunk` to keep them as JSON bytes, or ``list`` for a chunk already decoded. A
+    chunk that would leave a gap means rows were lost from under the log: :class:`StoreError`,
+    never a silently shorter conversation.
     """
     log: list[Any] = []
     for count, chunk in chunks:

@@ -20,6 +20,7 @@ Design (see DESIGN.md, "Where we go beyond the reference"):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -547,11 +548,8 @@ class PostgresStore:
         """A kept writer connection that is still usable, if any."""
         while self._writers:
             writer = self._writers.pop()
-            try:
-                if not writer.is_closed():
-                    return writer
-            except asyncpg.InterfaceError:
-                pass  # lost while idle: the pool has already taken it back
+            if _usable(writer):
+                return writer
         return None
 
     async def _take_writer(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
@@ -563,17 +561,14 @@ class PostgresStore:
         self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy, broken: bool
     ) -> None:
         """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool."""
-        try:
-            healthy = not writer.is_closed() and not writer.is_in_transaction()
-        except asyncpg.InterfaceError:
-            return  # its connection was lost and the pool has already taken it back
-        if healthy and not broken and self._pool is pool:
+        if not broken and self._pool is pool and _usable(writer):
             self._writers.append(writer)
             return
         if broken:
-            writer.terminate()  # its protocol state is unknown: never reuse it
+            with contextlib.suppress(asyncpg.InterfaceError):  # already taken back by the pool
+                writer.terminate()  # its protocol state is unknown: never reuse it
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-            await pool.release(writer)
+            await pool.release(writer)  # a no-op for a connection the pool already took back
 
     async def _flush(self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[_Queued]) -> bool:
         """Write ``batch`` on ``writer``, finishing each item; ``True`` if the connection was lost."""
@@ -1155,6 +1150,14 @@ def _pending(rec: asyncpg.Record) -> PendingInterrupt:
         agent_path=rec["agent_path"],
         created_at=rec["created_at"],
     )
+
+
+def _usable(writer: asyncpg.pool.PoolConnectionProxy) -> bool:
+    """Whether a kept writer connection can run a statement (open, idle, still lent by the pool)."""
+    try:
+        return not writer.is_closed() and not writer.is_in_transaction()
+    except asyncpg.InterfaceError:
+        return False  # lost: the pool has already taken it back
 
 
 def _log(chunks: bytes | None) -> list[Any]:

@@ -1107,13 +1107,16 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
 
 def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -> int:
     """Delete rows of one run; the messages they added move onto the remaining rows that need them."""
-    moved = {
-        log_id: _load_log(conn, execution_id, log_id, split_chunk)
-        for (log_id,) in conn.execute(
-            "SELECT DISTINCT log_id FROM checkpoints WHERE execution_id = ? AND new_messages IS NOT NULL",
+    doomed = set(seqs)
+    losing = {
+        log_id
+        for seq, log_id in conn.execute(
+            "SELECT seq, log_id FROM checkpoints WHERE execution_id = ? AND new_messages IS NOT NULL",
             (execution_id,),
-        ).fetchall()
+        )
+        if seq in doomed
     }
+    moved = {log_id: _load_log(conn, execution_id, log_id, split_chunk) for log_id in losing}
     conn.executemany(
         "DELETE FROM checkpoints WHERE execution_id = ? AND seq = ?", [(execution_id, s) for s in seqs]
     )
@@ -1123,34 +1126,35 @@ def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -
             "ORDER BY seq",
             (execution_id, log_id),
         ).fetchall()
-        chunks = rechunk([count for _, count, _ in rows], bodies)
-        conn.executemany(
-            "UPDATE checkpoints SET new_messages = ? WHERE id = ?",
-            [(chunk, rid) for (rid, _, old), chunk in zip(rows, chunks, strict=True) if old != chunk],
-        )
+        _rechunk_rows(conn, rows, bodies)
     return len(seqs)
+
+
+def _rechunk_rows(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]], bodies: list[bytes]) -> None:
+    """Give the rows of one log, ``(id, message_count, new_messages)`` in seq order, the chunks
+    :func:`stores._codec.rechunk` assigns them (only rows whose chunk changes are written)."""
+    chunks = rechunk([found[1] for found in rows], bodies)
+    conn.executemany(
+        "UPDATE checkpoints SET new_messages = ? WHERE id = ?",
+        [(chunk, found[0]) for found, chunk in zip(rows, chunks, strict=True) if found[2] != chunk],
+    )
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
     """Schema 2: each row carries the messages it added (``new_messages``); the messages table goes."""
     conn.execute("ALTER TABLE checkpoints ADD COLUMN new_messages BLOB")
     rows = conn.execute(
-        "SELECT id, execution_id, log_id, message_count FROM checkpoints WHERE log_id IS NOT NULL "
-        "ORDER BY execution_id, log_id, seq"
+        "SELECT execution_id, log_id, id, message_count, new_messages FROM checkpoints "
+        "WHERE log_id IS NOT NULL ORDER BY execution_id, log_id, seq"
     ).fetchall()
-    for (eid, log_id), group in itertools.groupby(rows, key=lambda found: (found[1], found[2])):
-        members = list(group)
+    for (eid, log_id), group in itertools.groupby(rows, key=lambda found: (found[0], found[1])):
         bodies = [
             bytes(body)
             for (body,) in conn.execute(
                 "SELECT body FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx", (eid, log_id)
             )
         ]
-        chunks = rechunk([found[3] for found in members], bodies)
-        conn.executemany(
-            "UPDATE checkpoints SET new_messages = ? WHERE id = ?",
-            [(chunk, found[0]) for found, chunk in zip(members, chunks, strict=True) if chunk is not None],
-        )
+        _rechunk_rows(conn, [found[2:] for found in group], bodies)
     conn.execute("DROP TABLE messages")
 
 
