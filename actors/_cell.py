@@ -17,7 +17,7 @@ from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBl
 
 from ._actor import ActorContext
 from ._errors import ActorCrashed, ActorStopped
-from ._messages import WAKE, ExitReason
+from ._messages import WAKE, ExitReason, Failable
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
@@ -320,7 +320,8 @@ class Cell:
             _log.warning("actor.on_stop_timeout", actor_id=self.id, timeout=self.spec.stop_timeout)
 
     def _close_mailbox(self, cause: BaseException | None) -> None:
-        """Refuse new messages and fail every queued ask (synchronous, so nothing slips in)."""
+        """Refuse new messages and fail every queued ask or run request (synchronous, so nothing
+        slips in): their senders wake with ``ActorStopped``; other messages are dropped."""
         if not self.accepting:
             return
         self.accepting = False
@@ -330,7 +331,7 @@ class Cell:
                 item = self._recv.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 break
-            if type(item) is Ask:
+            if isinstance(item, Failable):
                 stopped = ActorStopped(f"{self.id} stopped before handling the message")
                 stopped.__cause__ = cause
                 item.fail(stopped)

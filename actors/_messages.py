@@ -1,4 +1,5 @@
-"""The runtime's own vocabulary: why an actor incarnation ended, and the mailbox wake-up token.
+"""The runtime's own vocabulary: why an actor incarnation ended, the mailbox wake-up token, and
+:class:`Failable`, the mailbox items whose sender waits for an answer.
 
 User messages are ``msgspec.Struct`` tagged unions (``class Ping(msgspec.Struct, tag="ping",
 frozen=True)``) that an actor handles with ``match``. The runtime's control requests (stop, restart,
@@ -11,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-__all__ = ["WAKE", "ExitReason"]
+__all__ = ["WAKE", "ExitReason", "Failable"]
 
 
 class ExitReason(enum.Enum):
@@ -29,6 +30,20 @@ class ExitReason(enum.Enum):
     """``ref.stop()``, the parent or the system stopped it; never restarted."""
     PASSIVATE = "passivate"
     """An idle registry actor was retired; the next message activates a new one."""
+
+
+class Failable:
+    """A mailbox item whose sender waits for an answer: an ``ask``, a request to a run actor.
+
+    An actor whose mailbox closes with such an item still queued fails it with ``ActorStopped``, so
+    its sender wakes with the error instead of waiting for an answer that will never come.
+    """
+
+    __slots__ = ()
+
+    def fail(self, error: BaseException) -> None:
+        """Wake the sender with ``error``; no effect once the item was answered."""
+        raise NotImplementedError
 
 
 class _Wake:

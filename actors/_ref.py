@@ -10,6 +10,7 @@ import msgspec
 from anyio import BrokenResourceError, ClosedResourceError, WouldBlock
 
 from ._errors import ActorStopped, AskDeadlock, AskTimeout, MailboxFull
+from ._messages import Failable
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectSendStream
@@ -22,7 +23,7 @@ current_cell: ContextVar[Cell | None] = ContextVar("tether_current_actor", defau
 """The cell whose task is running (set once at the top of each actor task)."""
 
 
-class Ask:
+class Ask(Failable):
     """One ``ask`` in flight: the message and the slot its reply (or error) lands in."""
 
     __slots__ = ("abandoned", "done", "error", "event", "message", "value")

@@ -22,6 +22,7 @@ from ._engine import RunEngine
 from ._errors import ActorStopped
 from ._interrupt import Resume
 from ._log import StepLog
+from ._messages import Failable
 from ._result import RunResult
 from .models import Message
 
@@ -87,7 +88,7 @@ class Reply:
         self.done.set()
 
 
-class Request:
+class Request(Failable):
     """A message for a run actor and the reply slot of whoever sent it (in-process only)."""
 
     __slots__ = ("message", "reply")
@@ -95,6 +96,11 @@ class Request:
     def __init__(self, message: RunMessage, reply: Reply) -> None:
         self.message = message
         self.reply = reply
+
+    def fail(self, error: BaseException) -> None:
+        """Settle the reply with ``error`` (waiters on ``started`` and ``done`` wake), if unsettled."""
+        if not self.reply.done.is_set():
+            self.reply.settle(None, error)
 
 
 class RunActor(Actor):
