@@ -110,6 +110,21 @@ class Contender:
         raise NotImplementedError
 
 
+async def drive(contender: Contender, ids: list[str], concurrency: int) -> None:
+    """Do the runs ``ids`` with ``concurrency`` in flight (one after another when it is 1)."""
+    if concurrency <= 1:
+        for run_id in ids:
+            await contender.one(run_id)
+        return
+    pending = iter(ids)
+
+    async def worker() -> None:
+        for run_id in pending:
+            await contender.one(run_id)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(ids)))))
+
+
 async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -> float:
     """Runs/s of ``runs`` runs with ``concurrency`` in flight, on a fresh database; verified."""
     await contender.open(tag)
@@ -119,17 +134,7 @@ async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -
         ids = [f"{tag}-{i}" for i in range(runs)]
         before = ToolCounter.calls
         start = time.perf_counter()
-        if concurrency <= 1:
-            for run_id in ids:
-                await contender.one(run_id)
-        else:
-            pending = iter(ids)
-
-            async def worker() -> None:
-                for run_id in pending:
-                    await contender.one(run_id)
-
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, runs))))
+        await drive(contender, ids, concurrency)
         elapsed = time.perf_counter() - start
         assert ToolCounter.calls - before == runs, (contender.name, ToolCounter.calls - before, runs)
         await contender.verify(ids)

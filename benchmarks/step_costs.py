@@ -1,0 +1,250 @@
+"""Where a step's time goes on SQLite: a tether run beside the store alone and the raw driver.
+
+    python -m benchmarks.step_costs [--runs 300] [--concurrency 1] [--rounds 5] [--tiny]
+
+Larger: ``--runs 2000 --rounds 7``; ``--concurrency 64`` splits the concurrent column the same way.
+
+The small refund of :mod:`benchmarks.step_path` (4 rows a run), three ways, each measurement on a
+fresh SQLite file (WAL, ``synchronous=FULL``), interleaved over ``--rounds`` rounds:
+
+* raw: the same 4 row writes on aiosqlite with no framework (step_path's raw contender);
+* store: the 4 rows a tether run writes (taken from one real run), appended with
+  ``SQLiteStore.append`` one after another: no actors, no model, no tool;
+* tether: the whole run through ``ActorSystem.spawn`` (step_path's tether contender).
+
+Per run it prints runs/s and the ratio to raw, the CPU time of the event-loop thread
+(``time.thread_time``), and for the two store contenders the writer thread's time inside its write
+transactions and inside their ``COMMIT`` (timers wrapped around two ``SQLiteStore`` methods in this
+process only). The differences split a run: tether minus store is what the framework costs on the
+loop, store minus raw what the store adds to the raw write. Verified while measuring: tether runs as
+in step_path (the answer, the tool once, the 4 rows in order); store and raw runs hold 4 rows each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+
+from actors import ActorSystem, Agent
+from actors.models import FunctionModel
+from benchmarks._common import interleaved, median
+from benchmarks.step_path import (
+    PROMPT,
+    WARMUP,
+    Contender,
+    RawSQLite,
+    Tether,
+    ToolCounter,
+    drive,
+    refund,
+    refund_model,
+)
+from stores import Checkpoint, SQLiteStore
+from stores._model import utcnow
+
+ROWS_PER_RUN = 4
+
+# Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
+_writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}
+
+
+def _instrument() -> None:
+    """Wrap ``SQLiteStore``'s transaction and COMMIT with timers (this benchmark's process only)."""
+
+    def timed(method: Callable[..., Any], key: str) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(*args: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return method(*args)
+            finally:
+                _writer[key] += time.perf_counter() - start
+                if key == "transactions":
+                    _writer["count"] += 1
+
+        return wrapper
+
+    store: Any = SQLiteStore
+    if not hasattr(store._run_batch_locked, "__wrapped__"):
+        store._run_batch_locked = timed(store._run_batch_locked, "transactions")
+        store._commit = timed(store._commit, "commit")
+
+
+class StoreOnly(Contender):
+    """The 4 rows of a tether run appended with ``SQLiteStore.append``, with no framework."""
+
+    name = "store"
+    backend = "sqlite"
+
+    def __init__(self, workdir: Path, rows: list[Checkpoint]) -> None:
+        self._workdir = workdir
+        self._rows = rows
+        self._store: SQLiteStore | None = None
+
+    async def open(self, tag: str) -> None:
+        self._store = SQLiteStore(self._workdir / f"{tag}-store.db")
+        await self._store.setup()
+
+    async def one(self, run_id: str) -> None:
+        assert self._store is not None
+        for row in self._rows:
+            await self._store.append(
+                msgspec.structs.replace(
+                    row, execution_id=run_id, checkpoint_id=uuid.uuid4().hex, created_at=utcnow()
+                )
+            )
+
+    async def verify(self, run_ids: list[str]) -> None:
+        assert self._store is not None
+        expected = [row.node_id for row in self._rows]
+        for run_id in run_ids:
+            rows = [row.node_id for row in await self._store.history(run_id)]
+            if rows != expected:
+                raise AssertionError(f"store run {run_id} holds {rows}")
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+
+async def template_rows(workdir: Path) -> list[Checkpoint]:
+    """The rows one real tether run of the small refund writes."""
+    agent = Agent("refund-bot", FunctionModel(refund_model), tools=[refund])
+    async with SQLiteStore(workdir / "template.db") as store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, PROMPT, execution_id="template")
+        result = await ref.result()
+        assert result.status == "completed", result
+        rows = await system.history("template")
+    assert len(rows) == ROWS_PER_RUN, [row.node_id for row in rows]
+    return rows
+
+
+class Sample(NamedTuple):
+    """One measurement: runs/s and, per run, ms of loop CPU, of write transactions, of COMMIT."""
+
+    rate: float
+    loop_cpu: float
+    transactions: float
+    commit: float
+    transactions_per_run: float
+
+
+async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -> Sample:
+    """``runs`` runs on a fresh file with ``concurrency`` in flight, timed and split; verified."""
+    await contender.open(tag)
+    try:
+        for i in range(WARMUP):
+            await contender.one(f"{tag}-warm{i}")
+        ids = [f"{tag}-{i}" for i in range(runs)]
+        for key in _writer:
+            _writer[key] = 0.0
+        before = ToolCounter.calls
+        start, cpu = time.perf_counter(), time.thread_time()
+        await drive(contender, ids, concurrency)
+        elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
+        writer = dict(_writer)
+        tools = 0 if isinstance(contender, StoreOnly) else runs  # the store alone runs no tool
+        assert ToolCounter.calls - before == tools, (contender.name, ToolCounter.calls - before, tools)
+        await contender.verify(ids)
+    finally:
+        await contender.close()
+    per_run = 1000 / runs
+    return Sample(
+        rate=runs / elapsed,
+        loop_cpu=cpu * per_run,
+        transactions=writer["transactions"] * per_run,
+        commit=writer["commit"] * per_run,
+        transactions_per_run=writer["count"] / runs,
+    )
+
+
+async def run(runs: int, concurrency: int, rounds: int) -> dict[str, Sample]:
+    """Median of each figure per contender over interleaved rounds."""
+    _instrument()
+    with tempfile.TemporaryDirectory(prefix="tether-costs-") as tmp:
+        workdir = Path(tmp)
+        contenders: list[Contender] = [
+            RawSQLite(workdir),
+            StoreOnly(workdir, await template_rows(workdir)),
+            Tether("sqlite", workdir),
+        ]
+        samples: dict[str, list[Sample]] = {c.name: [] for c in contenders}
+        counter = iter(range(1_000_000))
+        measures: dict[str, Callable[[], Awaitable[float]]] = {}
+        for contender in contenders:
+
+            async def job(c: Contender = contender) -> float:
+                sample = await measure(c, f"m{next(counter)}", runs, concurrency)
+                samples[c.name].append(sample)
+                return sample.rate
+
+            measures[contender.name] = job
+        await interleaved(rounds, measures)
+    return {
+        name: Sample(*(median(values) for values in zip(*got, strict=True))) for name, got in samples.items()
+    }
+
+
+def report(results: dict[str, Sample], runs: int, concurrency: int, rounds: int) -> None:
+    mode = "one after another" if concurrency <= 1 else f"{concurrency} in flight"
+    print(
+        f"step costs, SQLite (WAL, synchronous=FULL): {runs} runs {mode}, medians of {rounds} interleaved rounds"
+    )
+    header = (
+        f"{'contender':<10}{'runs/s':>10}{'x raw':>8}{'wall ms/run':>13}{'loop CPU ms/run':>17}"
+        f"{'write tx ms/run':>17}{'COMMIT ms/run':>15}{'tx/run':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    raw = results["raw"]
+    for name, s in results.items():
+        stored = name != "raw"
+        tx = (
+            f"{s.transactions:>17.3f}{s.commit:>15.3f}{s.transactions_per_run:>8.2f}"
+            if stored
+            else f"{'-':>17}{'-':>15}{'-':>8}"
+        )
+        print(
+            f"{name:<10}{s.rate:>10,.0f}{s.rate / raw.rate:>7.2f}x{1000 / s.rate:>13.3f}{s.loop_cpu:>17.3f}{tx}"
+        )
+    tether, store = results["tether"], results["store"]
+    print(
+        f"loop CPU per run: framework (tether - store) {tether.loop_cpu - store.loop_cpu:.3f} ms, "
+        f"store over raw (store - raw) {store.loop_cpu - raw.loop_cpu:.3f} ms, raw {raw.loop_cpu:.3f} ms"
+    )
+    if concurrency <= 1:
+        rest = 1000 / tether.rate - tether.loop_cpu - tether.transactions
+        print(
+            f"a tether run, one after another: {1000 / tether.rate:.3f} ms = loop CPU {tether.loop_cpu:.3f} "
+            f"+ writer transactions {tether.transactions:.3f} (COMMIT {tether.commit:.3f}) "
+            f"+ the rest {rest:.3f} (thread hops, wake-ups, the loop waiting on other work)"
+        )
+    print(
+        f"verified: tether runs answered with the tool once and 4 rows in order; store and raw runs hold {ROWS_PER_RUN} rows"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300, help="runs per measurement")
+    parser.add_argument("--concurrency", type=int, default=1, help="runs in flight (1: one after another)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over them)")
+    parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
+    args = parser.parse_args(argv)
+    runs, rounds = (10, 3) if args.tiny else (args.runs, args.rounds)
+    results = asyncio.run(run(runs, args.concurrency, rounds))
+    report(results, runs, args.concurrency, rounds)
+
+
+if __name__ == "__main__":
+    main()
