@@ -17,7 +17,8 @@ Per run it prints runs/s and the ratio to raw, the CPU time of the event-loop th
 transactions and inside their ``COMMIT`` (timers wrapped around two ``SQLiteStore`` methods in this
 process only). The differences split a run: tether minus store is what the framework costs on the
 loop, store minus raw what the store adds to the raw write. Verified while measuring: tether runs as
-in step_path (the answer, the tool once, the 4 rows in order); store and raw runs hold 4 rows each.
+in step_path (the answer, the tool once, the 4 rows in order); store runs hold the same 4 rows in
+order, raw runs 4 rows each.
 """
 
 from __future__ import annotations
@@ -27,31 +28,26 @@ import asyncio
 import functools
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
 
-from actors import ActorSystem, Agent
-from actors.models import FunctionModel
+from actors import ActorSystem
 from benchmarks._common import interleaved, median
 from benchmarks.step_path import (
+    EXPECTED_ROWS,
     PROMPT,
-    WARMUP,
     Contender,
     RawSQLite,
     Tether,
-    ToolCounter,
-    drive,
-    refund,
-    refund_model,
+    check_rows,
+    refund_agent,
+    timed_runs,
 )
 from stores import Checkpoint, SQLiteStore
-from stores._model import utcnow
-
-ROWS_PER_RUN = 4
+from stores._model import new_id, utcnow
 
 # Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
 _writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}
@@ -79,11 +75,17 @@ def _instrument() -> None:
         store._commit = timed(store._commit, "commit")
 
 
+def _reset_writer() -> None:
+    for key in _writer:
+        _writer[key] = 0.0
+
+
 class StoreOnly(Contender):
     """The 4 rows of a tether run appended with ``SQLiteStore.append``, with no framework."""
 
     name = "store"
     backend = "sqlite"
+    tool_calls = 0  # the store alone runs no tool
 
     def __init__(self, workdir: Path, rows: list[Checkpoint]) -> None:
         self._workdir = workdir
@@ -98,18 +100,12 @@ class StoreOnly(Contender):
         assert self._store is not None
         for row in self._rows:
             await self._store.append(
-                msgspec.structs.replace(
-                    row, execution_id=run_id, checkpoint_id=uuid.uuid4().hex, created_at=utcnow()
-                )
+                msgspec.structs.replace(row, execution_id=run_id, checkpoint_id=new_id(), created_at=utcnow())
             )
 
     async def verify(self, run_ids: list[str]) -> None:
         assert self._store is not None
-        expected = [row.node_id for row in self._rows]
-        for run_id in run_ids:
-            rows = [row.node_id for row in await self._store.history(run_id)]
-            if rows != expected:
-                raise AssertionError(f"store run {run_id} holds {rows}")
+        await check_rows(self.name, self._store.history, run_ids)
 
     async def close(self) -> None:
         if self._store is not None:
@@ -119,13 +115,13 @@ class StoreOnly(Contender):
 
 async def template_rows(workdir: Path) -> list[Checkpoint]:
     """The rows one real tether run of the small refund writes."""
-    agent = Agent("refund-bot", FunctionModel(refund_model), tools=[refund])
+    agent = refund_agent()
     async with SQLiteStore(workdir / "template.db") as store, ActorSystem(store, runners=[agent]) as system:
         ref = await system.spawn(agent, PROMPT, execution_id="template")
         result = await ref.result()
         assert result.status == "completed", result
         rows = await system.history("template")
-    assert len(rows) == ROWS_PER_RUN, [row.node_id for row in rows]
+    assert [row.node_id for row in rows] == EXPECTED_ROWS, rows
     return rows
 
 
@@ -141,27 +137,12 @@ class Sample(NamedTuple):
 
 async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -> Sample:
     """``runs`` runs on a fresh file with ``concurrency`` in flight, timed and split; verified."""
-    await contender.open(tag)
-    try:
-        for i in range(WARMUP):
-            await contender.one(f"{tag}-warm{i}")
-        ids = [f"{tag}-{i}" for i in range(runs)]
-        for key in _writer:
-            _writer[key] = 0.0
-        before = ToolCounter.calls
-        start, cpu = time.perf_counter(), time.thread_time()
-        await drive(contender, ids, concurrency)
-        elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
-        writer = dict(_writer)
-        tools = 0 if isinstance(contender, StoreOnly) else runs  # the store alone runs no tool
-        assert ToolCounter.calls - before == tools, (contender.name, ToolCounter.calls - before, tools)
-        await contender.verify(ids)
-    finally:
-        await contender.close()
+    timing = await timed_runs(contender, tag, runs, concurrency, before=_reset_writer)
+    writer = dict(_writer)
     per_run = 1000 / runs
     return Sample(
-        rate=runs / elapsed,
-        loop_cpu=cpu * per_run,
+        rate=runs / timing.wall,
+        loop_cpu=timing.loop_cpu * per_run,
         transactions=writer["transactions"] * per_run,
         commit=writer["commit"] * per_run,
         transactions_per_run=writer["count"] / runs,
@@ -230,7 +211,8 @@ def report(results: dict[str, Sample], runs: int, concurrency: int, rounds: int)
             f"+ the rest {rest:.3f} (thread hops, wake-ups, the loop waiting on other work)"
         )
     print(
-        f"verified: tether runs answered with the tool once and 4 rows in order; store and raw runs hold {ROWS_PER_RUN} rows"
+        "verified: tether runs answered with the tool once; tether and store runs hold their 4 rows in "
+        "order, raw runs 4 rows"
     )
 
 

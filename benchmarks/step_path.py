@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ.setdefault("FASTAIAGENT_TRACE_ENABLED", "false")  # before fastaiagent is imported
 
@@ -51,7 +51,7 @@ import msgspec
 from actors import ActorSystem, Agent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from benchmarks._common import PG_DSN, interleaved, median
-from stores import PostgresStore, SQLiteStore
+from stores import Checkpoint, PostgresStore, SQLiteStore
 
 PROMPT = "Refund order 1042, amount 20"
 ARGS: dict[str, Any] = {"order": "1042", "amount": 20}
@@ -96,6 +96,7 @@ class Contender:
 
     name = ""
     backend = ""
+    tool_calls = 1  #: refund tool calls per run (checked against the count after the timed runs)
 
     async def open(self, tag: str) -> None:
         raise NotImplementedError
@@ -110,37 +111,66 @@ class Contender:
         raise NotImplementedError
 
 
-async def drive(contender: Contender, ids: list[str], concurrency: int) -> None:
-    """Do the runs ``ids`` with ``concurrency`` in flight (one after another when it is 1)."""
-    if concurrency <= 1:
-        for run_id in ids:
-            await contender.one(run_id)
-        return
-    pending = iter(ids)
+class Timing(NamedTuple):
+    """Seconds the timed runs took: wall clock, and CPU of the event-loop thread."""
 
-    async def worker() -> None:
-        for run_id in pending:
-            await contender.one(run_id)
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(ids)))))
+    wall: float
+    loop_cpu: float
 
 
-async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -> float:
-    """Runs/s of ``runs`` runs with ``concurrency`` in flight, on a fresh database; verified."""
+async def timed_runs(
+    contender: Contender,
+    tag: str,
+    runs: int,
+    concurrency: int,
+    *,
+    before: Callable[[], object] = lambda: None,
+) -> Timing:
+    """``runs`` runs with ``concurrency`` in flight on a fresh database, after warm-up; verified.
+
+    ``before`` is called just before the clocks start (after the warm-up runs).
+    """
     await contender.open(tag)
     try:
         for i in range(WARMUP):
             await contender.one(f"{tag}-warm{i}")
         ids = [f"{tag}-{i}" for i in range(runs)]
-        before = ToolCounter.calls
-        start = time.perf_counter()
-        await drive(contender, ids, concurrency)
-        elapsed = time.perf_counter() - start
-        assert ToolCounter.calls - before == runs, (contender.name, ToolCounter.calls - before, runs)
+        calls = ToolCounter.calls
+        before()
+        start, cpu = time.perf_counter(), time.thread_time()
+        if concurrency <= 1:
+            for run_id in ids:
+                await contender.one(run_id)
+        else:
+            pending = iter(ids)
+
+            async def worker() -> None:
+                for run_id in pending:
+                    await contender.one(run_id)
+
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, runs))))
+        timing = Timing(time.perf_counter() - start, time.thread_time() - cpu)
+        ran, expected = ToolCounter.calls - calls, contender.tool_calls * runs
+        assert ran == expected, (contender.name, ran, expected)
         await contender.verify(ids)
     finally:
         await contender.close()
-    return runs / elapsed
+    return timing
+
+
+async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -> float:
+    """Runs/s of ``runs`` runs with ``concurrency`` in flight, on a fresh database; verified."""
+    return runs / (await timed_runs(contender, tag, runs, concurrency)).wall
+
+
+async def check_rows(
+    name: str, history: Callable[[str], Awaitable[list[Checkpoint]]], run_ids: list[str]
+) -> None:
+    """Raise ``AssertionError`` unless each run holds exactly the 4 rows of the refund, in order."""
+    for run_id in run_ids:
+        rows = [row.node_id for row in await history(run_id)]
+        if rows != EXPECTED_ROWS:
+            raise AssertionError(f"{name} run {run_id} wrote {rows}")
 
 
 # -- tether
@@ -165,13 +195,18 @@ def refund_model(messages: list[Message]) -> str | ModelReply:
     return ModelReply(tool_calls=[ToolCall("refund", dict(ARGS))])
 
 
+def refund_agent() -> Agent:
+    """The tether agent of the small refund: the offline model and the refund tool."""
+    return Agent("refund-bot", FunctionModel(refund_model), tools=[refund])
+
+
 class Tether(Contender):
     name = "tether"
 
     def __init__(self, backend: str, workdir: Path) -> None:
         self.backend = backend
         self._workdir = workdir
-        self._agent = Agent("refund-bot", FunctionModel(refund_model), tools=[refund])
+        self._agent = refund_agent()
         self._stack: Any = None
         self._system: ActorSystem | None = None
         self._store: Any = None
@@ -196,10 +231,7 @@ class Tether(Contender):
 
     async def verify(self, run_ids: list[str]) -> None:
         assert self._system is not None
-        for run_id in run_ids:
-            rows = [row.node_id for row in await self._system.history(run_id)]
-            if rows != EXPECTED_ROWS:
-                raise AssertionError(f"tether run {run_id} wrote {rows}")
+        await check_rows(self.name, self._system.history, run_ids)
 
     async def close(self) -> None:
         if self._system is not None:

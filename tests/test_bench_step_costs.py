@@ -37,4 +37,4 @@ def test_step_costs_benchmark_tiny() -> None:
         out
     )
     assert re.search(r"^a tether run, one after another: \d+\.\d{3} ms = loop CPU", out, re.MULTILINE), out
-    assert out.rstrip().endswith("store and raw runs hold 4 rows"), out
+    assert out.rstrip().endswith("tether and store runs hold their 4 rows in order, raw runs 4 rows"), out
