@@ -22,8 +22,9 @@ Contenders:
   ``AsyncPostgresSaver`` on a pool, ``durability="sync"``) and DBOS 3.4 (a workflow with two model
   steps and a tool step; SQLite / PostgreSQL system database).
 
-Each measurement gets a fresh database (file, schema or database), two warm-up runs, then the timed
-runs; every run is verified afterwards (completed with the expected answer, the tool ran exactly once
+Each measurement runs in a fresh child process (no contender shares a process with what another one
+left behind: a peer's background threads, modules or garbage), on a fresh database (file, schema or
+database), with two warm-up runs before the timed runs; every run is verified afterwards (completed with the expected answer, the tool ran exactly once
 per run, tether: exactly the 4 rows in order; raw: 4 rows per run). Configurations are interleaved
 (rotating order) over ``--rounds`` rounds; the table shows medians and ratios to raw and to
 FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``).
@@ -57,6 +58,8 @@ PROMPT = "Refund order 1042, amount 20"
 ARGS: dict[str, Any] = {"order": "1042", "amount": 20}
 EXPECTED_ROWS = ["turn:0", "turn:0/tool:refund", "turn:1", "run_end"]
 WARMUP = 2
+CHILD_TIMEOUT = 600.0
+ROOT = Path(__file__).resolve().parents[1]
 TARGET_SEQUENTIAL = 1.2
 TARGET_CONCURRENT = 3.0
 BASE = "FastAIAgent untraced"
@@ -394,6 +397,51 @@ def contenders(backend: str, workdir: Path, concurrency: int, peers: bool) -> li
     return found
 
 
+def contender(backend: str, name: str, workdir: Path, concurrency: int) -> Contender:
+    """The one contender called ``name`` on ``backend`` (a peer needs the ``bench`` extra)."""
+    for found in contenders(backend, workdir, concurrency, peers=name not in ("raw", "tether")):
+        if found.name == name:
+            return found
+    raise ValueError(f"no contender {name!r} on {backend!r}")
+
+
+async def measure_in_child(backend: str, name: str, mode: int, tag: str, runs: int, workdir: Path) -> float:
+    """Runs/s of one measurement, taken in a fresh child process of this module.
+
+    Every measurement gets a process of its own, so no contender runs beside what another one left
+    behind: a peer's background threads, its imported modules, its garbage. The child prints its
+    rate as the last line of its output.
+    """
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.step_path",
+        "--measure",
+        json.dumps([backend, name, mode, tag, runs, str(workdir)]),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        # Bounded: a measurement that takes this long is broken, not slow.
+        out, err = await asyncio.wait_for(child.communicate(), CHILD_TIMEOUT)
+    except BaseException:
+        if child.returncode is None:
+            child.kill()
+            await asyncio.shield(child.wait())
+        raise
+    if child.returncode != 0:
+        raise RuntimeError(f"measuring {backend}/{name}/{mode} failed:\n{err.decode()}")
+    return float(out.decode().split()[-1])
+
+
+def _measure_here(spec: str) -> None:
+    """The child's side of :func:`measure_in_child`: measure once and print the rate."""
+    backend, name, mode, tag, runs, workdir = json.loads(spec)
+    rate = asyncio.run(measure(contender(backend, name, Path(workdir), mode), tag, runs, mode))
+    print(rate)
+
+
 async def run(
     backends: list[str], runs: int, concurrency: int, rounds: int, peers: bool
 ) -> dict[tuple[str, str, int], float]:
@@ -405,16 +453,16 @@ async def run(
         counter = iter(range(1_000_000))
         for backend in backends:
             for mode in (1, concurrency):
-                for contender in contenders(backend, workdir, mode, peers):
+                for found in contenders(backend, workdir, mode, peers):
 
-                    async def job(c: Contender = contender, m: int = mode) -> float:
-                        rate = await measure(c, f"m{next(counter)}", runs, m)
-                        print(f"  {c.backend}/{c.name}/{m}: {rate:,.0f} runs/s", file=sys.stderr, flush=True)
+                    async def job(b: str = backend, n: str = found.name, m: int = mode) -> float:
+                        rate = await measure_in_child(b, n, m, f"m{next(counter)}", runs, workdir)
+                        print(f"  {b}/{n}/{m}: {rate:,.0f} runs/s", file=sys.stderr, flush=True)
                         return rate
 
-                    name = f"{backend}/{contender.name}/{mode}"
+                    name = f"{backend}/{found.name}/{mode}"
                     measures[name] = job
-                    keys[name] = (backend, contender.name, mode)
+                    keys[name] = (backend, found.name, mode)
         samples = await interleaved(rounds, measures)
     return {keys[name]: median(values) for name, values in samples.items()}
 
@@ -471,7 +519,11 @@ def main(argv: list[str] | None = None) -> None:
         "--peers", action="store_true", help="also FastAIAgent, LangGraph and DBOS (.[bench])"
     )
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child of measure_in_child
     args = parser.parse_args(argv)
+    if args.measure:
+        _measure_here(args.measure)
+        return
     runs, concurrency = (10, 4) if args.tiny else (args.runs, args.concurrency)
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     results = asyncio.run(run(backends, runs, concurrency, args.rounds, args.peers))
