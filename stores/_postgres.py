@@ -15,7 +15,8 @@ Design (see DESIGN.md, "Where we go beyond the reference"):
 * The pool's reset-on-release is a no-op (asyncpg still rolls back a connection left in a
   transaction): our statements leave no session state, and session settings live in
   ``server_settings``, so a release costs no round trip.
-* Ownership locks are session advisory locks on one dedicated connection with TCP keepalives.
+* Ownership locks are session advisory locks on one dedicated connection with TCP keepalives;
+  concurrent takes and releases share one round trip (``stores._pglocks``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from ._model import (
     ReEntry,
     utcnow,
 )
+from ._pglocks import AdvisoryLocks
 from ._reentry import resolve_forkable, resolve_reentry
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -375,8 +377,7 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._setup_lock = anyio.Lock()
         self._lock_conn: asyncpg.Connection | None = None
-        self._lock_guard = anyio.Lock()
-        self._held: dict[str, int] = {}
+        self._locks = AdvisoryLocks(self._lock_connection, self._lost, connect_timeout)
         self._closed = False
         self._queue: list[_Queued] = []
         self._flushers = 0
@@ -465,7 +466,7 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         conn, self._lock_conn = self._lock_conn, None
         writers, self._writers = self._writers, []
-        self._held.clear()
+        self._locks.held.clear()
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(_CLOSE_TIMEOUT):
                 if conn is not None:
@@ -902,35 +903,18 @@ class PostgresStore:
     # -- ownership lock -----------------------------------------------------------------------
 
     async def try_lock(self, execution_id: str) -> bool:
-        """Take the run's session advisory lock on the dedicated lock connection."""
-        async with self._lock_guard:
-            if execution_id in self._held:
-                return False  # session locks are re-entrant: refuse a second holder here
-            conn = await self._lock_connection()
-            key = _key(self.schema, execution_id)
-            taken = False
-            # A backend whose client was just killed drops its locks a few ms after the client is
-            # gone (measured: ~1 try in 30 sees the lock for up to ~8 ms), so a refusal re-checks a
-            # few times within a bounded ~75 ms before it says "held by a live owner".
-            for pause in _LOCK_RECHECKS:
-                with self._lost():
-                    taken = bool(await conn.fetchval("SELECT pg_try_advisory_lock($1)", key))
-                if taken or pause is None:
-                    break
-                await anyio.sleep(pause)
-            if taken:
-                self._held[execution_id] = key
-            return taken
+        """Take the run's session advisory lock on the dedicated lock connection (batched)."""
+        if self._closed:
+            raise StoreUnavailable(f"{self!r} is closed")
+        return await self._locks.try_lock(execution_id, _key(self.schema, execution_id))
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's lock if this store holds it."""
-        async with self._lock_guard:
-            key = self._held.pop(execution_id, None)
-            conn = self._lock_conn
-            if key is None or conn is None or conn.is_closed():
-                return
-            with anyio.CancelScope(shield=True), self._lost():
-                await conn.fetchval("SELECT pg_advisory_unlock($1)", key)
+        conn = self._lock_conn
+        if conn is None or conn.is_closed():
+            self._locks.held.pop(execution_id, None)  # a lost connection took its locks with it
+            return
+        await self._locks.unlock(execution_id)
 
     async def _lock_connection(self) -> asyncpg.Connection:
         conn = self._lock_conn
@@ -938,7 +922,7 @@ class PostgresStore:
             return conn
         if self._closed:
             raise StoreUnavailable(f"{self!r} is closed")
-        self._held.clear()  # a lost connection took its locks with it
+        self._locks.held.clear()  # a lost connection took its locks with it
         idle = str(self._keepalive_idle)
         try:
             with anyio.fail_after(self._connect_timeout + 1):
@@ -1090,10 +1074,6 @@ def _batch_args(batch: Sequence[_Queued]) -> list[list[Any]]:
         for column, value in zip(columns, _args(item.plan), strict=True):
             column.append(value)
     return columns
-
-
-#: Pauses between re-checks of a refused advisory lock (seconds); ``None`` ends the attempts.
-_LOCK_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
 
 
 def _key(schema: str, name: str) -> int:

@@ -615,3 +615,94 @@ async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> N
         await store.append(row("r", 2))
     assert [c.seq for c in await store.history("r")] == [0, 1, 2]
     assert pids[0] not in [writer.get_server_pid() for writer in store._writers]
+
+
+async def _advisory_locks_of(store: PostgresStore) -> int:
+    """How many advisory locks (counting re-entries) the store's lock connection holds."""
+    conn = store._lock_conn
+    assert conn is not None
+    pid = conn.get_server_pid()
+    probe = await asyncpg.connect(DSN)
+    try:
+        found: int = await probe.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted", pid
+        )
+    finally:
+        await probe.close()
+    return found
+
+
+async def test_concurrent_locks_share_round_trips(store: PostgresStore, schema: str) -> None:
+    """50 runs taking their locks at once cost a few round trips, not 50; each is held once."""
+    await store.setup()
+    assert await store.try_lock("first")  # opens the lock connection
+    before = store._locks.round_trips
+    taken: dict[str, bool] = {}
+
+    async def take(run: str) -> None:
+        taken[run] = await store.try_lock(run)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(take, f"run-{i}")
+    assert taken == {f"run-{i}": True for i in range(50)}
+    assert store._locks.round_trips - before <= 3, store._locks.round_trips - before
+    assert await _advisory_locks_of(store) == 51
+    other = PostgresStore(DSN, schema=schema)
+    try:
+        assert not await other.try_lock("run-7")
+        before = store._locks.round_trips
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(store.unlock, f"run-{i}")
+        assert store._locks.round_trips - before <= 3
+        assert await _advisory_locks_of(store) == 1
+        assert await other.try_lock("run-7")
+    finally:
+        await other.close()
+
+
+async def test_release_then_take_in_one_batch_keeps_one_lock(store: PostgresStore) -> None:
+    """A release and a new take of the same run queued together run in order: one lock remains."""
+    assert await store.try_lock("r")
+    assert await store.try_lock("pad")
+    results: list[bool] = []
+
+    async def retake() -> None:
+        results.append(await store.try_lock("r"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.unlock, "pad")  # the flusher: the next two queue behind its round trip
+        tg.start_soon(store.unlock, "r")
+        tg.start_soon(retake)
+    assert results == [True]
+    assert await _advisory_locks_of(store) == 1  # "r" once, not twice (session locks re-enter)
+    await store.unlock("r")
+    assert await _advisory_locks_of(store) == 0
+
+
+async def test_cancelled_lock_attempts_leave_no_lock_behind(store: PostgresStore, schema: str) -> None:
+    """A try_lock cancelled at any point either owns the lock (it returned) or leaves it free."""
+    await store.setup()
+    assert await store.try_lock("warm")
+    other = PostgresStore(DSN, schema=schema)
+    try:
+        for attempt in range(40):
+            run = f"c-{attempt}"
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(store.try_lock, f"noise-{attempt}")  # another op in the batch
+                    for _ in range(attempt % 4):
+                        await anyio.lowlevel.checkpoint()
+                    tg.start_soon(store.try_lock, run)
+                    for _ in range(attempt % 3):
+                        await anyio.lowlevel.checkpoint()
+                    scope.cancel()
+            if run in store._locks.held:
+                await store.unlock(run)
+            assert await other.try_lock(run), f"attempt {attempt}: the lock of {run} leaked"
+            await other.unlock(run)
+        held = set(store._locks.held)
+        assert await _advisory_locks_of(store) == len(held), held
+    finally:
+        await other.close()
