@@ -281,7 +281,8 @@ class SQLiteStore:
         self._queue: list[_Op] = []
         # Set while batches are being written; resolved when the queue is empty (``close`` waits).
         self._drain: asyncio.Future[None] | None = None
-        self._locks: dict[str, int] = {}
+        self._locks: dict[str, int] = {}  # run -> the byte of the lock file it holds
+        self._lock_fd: int | None = None
         self._lock_key = os.path.realpath(self.lock_path)
         self._write_lock = _file_lock(self.path)
         self._db_key = os.path.realpath(self.path)
@@ -942,7 +943,13 @@ class SQLiteStore:
     # ------------------------------------------------------------------ the ownership lock
 
     async def try_lock(self, execution_id: str) -> bool:
-        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
+        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it.
+
+        The lock is one byte of the lock file, at an offset hashed from the run's id, locked with an
+        open-file-description lock on the store's one descriptor of that file: another descriptor
+        (another store, another process) is refused, and the lock goes when the descriptor closes
+        or the process dies.
+        """
         if self._closed:
             raise StoreUnavailable(f"the SQLite store at {self.path!r} is closed")
         key = (self._lock_key, execution_id)
@@ -950,42 +957,57 @@ class SQLiteStore:
             if key in _held:
                 return False
             _held.add(key)
+        offset = int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if self._lock_fd is None:
+                self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._lock_fd
         except OSError as exc:
             with _held_guard:
                 _held.discard(key)
             raise StoreUnavailable(f"cannot open the lock file {self.lock_path!r}: {exc}") from exc
-        offset = int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
         try:
-            fcntl.fcntl(fd, _F_OFD_SETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+            self._lock_byte(fd, fcntl.F_WRLCK, offset)
         except OSError as exc:
-            os.close(fd)
             with _held_guard:
                 _held.discard(key)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False
             raise StoreUnavailable(f"cannot lock {self.lock_path!r}: {exc}") from exc
-        self._locks[execution_id] = fd
+        self._locks[execution_id] = offset
         return True
+
+    @staticmethod
+    def _lock_byte(fd: int, kind: int, offset: int) -> None:
+        """Lock or unlock one byte of the lock file (an open-file-description lock on ``fd``)."""
+        fcntl.fcntl(fd, _F_OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's ownership lock if this store holds it."""
         self._release(execution_id)
 
     def _release(self, execution_id: str) -> None:
-        fd = self._locks.pop(execution_id, None)
-        if fd is None:
+        offset = self._locks.pop(execution_id, None)
+        if offset is None:
             return
         try:
-            os.close(fd)
+            if self._lock_fd is not None:
+                self._lock_byte(self._lock_fd, fcntl.F_UNLCK, offset)
         finally:
             with _held_guard:
                 _held.discard((self._lock_key, execution_id))
 
     def _release_all(self) -> None:
-        for execution_id in list(self._locks):
-            self._release(execution_id)
+        """Release every lock at once: closing the descriptor drops all of its locks."""
+        fd, self._lock_fd = self._lock_fd, None
+        try:
+            if fd is not None:
+                os.close(fd)
+        finally:
+            with _held_guard:
+                for execution_id in self._locks:
+                    _held.discard((self._lock_key, execution_id))
+            self._locks.clear()
 
 
 # ---------------------------------------------------------------------- row helpers (database threads)

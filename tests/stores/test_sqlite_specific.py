@@ -293,6 +293,42 @@ async def test_ownership_lock_in_process(tmp_path: Path) -> None:
         await second.close()
 
 
+def _descriptors_of(name: str) -> int:
+    """How many of this process's file descriptors are open on the file ``name``."""
+    path = os.path.realpath(name)
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}") == path
+        except OSError:
+            continue
+    return found
+
+
+async def test_ownership_locks_share_one_descriptor(tmp_path: Path) -> None:
+    """A store holds all of its runs' locks on one descriptor; releasing one run keeps the others."""
+    path = tmp_path / "t.db"
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        runs = [f"run-{i}" for i in range(20)]
+        for run in runs:
+            assert await first.try_lock(run)
+        assert _descriptors_of(first.lock_path) == 1
+        await first.unlock("run-3")
+        assert await second.try_lock("run-3")
+        for run in runs:
+            if run != "run-3":
+                assert not await second.try_lock(run), run  # still held by ``first``
+        await first.close()  # closing the descriptor releases the other 19 at once
+        assert _descriptors_of(first.lock_path) == 1  # ``second``'s own
+        for run in runs:
+            if run != "run-3":
+                assert await second.try_lock(run), run
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_outbox_round_trip(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "t.db")
     try:
