@@ -17,15 +17,13 @@ from typing import Final
 import anyio
 import asyncpg
 
-from ._errors import StoreUnavailable
-
 __all__ = ["AdvisoryLocks"]
 
 #: Pauses between re-checks of a refused lock (seconds); ``None`` ends the attempts. A backend whose
 #: client was just killed drops its locks a few ms after the client is gone (measured: ~1 try in 30
 #: sees the lock for up to ~8 ms), so a refusal re-checks within a bounded ~75 ms before it says
 #: "held by a live owner".
-LOCK_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
+_LOCK_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
 _MAX_BATCH: Final = 1024
 # Each row's function runs as the scan reaches it, so the keys are taken and released in order.
 _BATCH_SQL: Final = (
@@ -52,7 +50,7 @@ class AdvisoryLocks:
     """Session advisory locks on the connection that ``connect`` returns, batched.
 
     ``held`` maps each run this store owns to its key; ``round_trips`` counts the batches sent.
-    ``lost`` turns a lost connection into :class:`StoreUnavailable`; ``timeout`` bounds each round trip.
+    ``lost`` turns a lost connection (and a round trip over ``timeout``) into :class:`StoreUnavailable`.
     """
 
     def __init__(
@@ -76,16 +74,23 @@ class AdvisoryLocks:
             return False  # session locks are re-entrant: refuse a second holder here
         self._taking.add(execution_id)
         try:
-            for pause in LOCK_RECHECKS:
+            for pause in _LOCK_RECHECKS:
                 if await self._submit(_Op(key, take=True)):
                     self.held[execution_id] = key
                     return True
                 if pause is None:
-                    return False
+                    break
                 await anyio.sleep(pause)
-            return False
         finally:
             self._taking.discard(execution_id)
+        return False
+
+    def forget(self, execution_id: str | None = None) -> None:
+        """Drop what is held (one run, or every run) without a round trip: its connection is gone."""
+        if execution_id is None:
+            self.held.clear()
+        else:
+            self.held.pop(execution_id, None)
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's lock if this store holds it (shielded: a release is never half done)."""
@@ -140,11 +145,7 @@ class AdvisoryLocks:
                             [op.take for op in batch],
                             timeout=self._timeout,
                         )
-                except TimeoutError:
-                    error = StoreUnavailable(f"the lock connection did not answer within {self._timeout} s")
-                    self._fail(batch, error)
-                    continue
-                except Exception as exc:
+                except Exception as exc:  # a lost connection or a timeout arrives as StoreUnavailable
                     self._fail(batch, exc)
                     continue
                 for op, record in zip(batch, found, strict=True):

@@ -466,7 +466,7 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         conn, self._lock_conn = self._lock_conn, None
         writers, self._writers = self._writers, []
-        self._locks.held.clear()
+        self._locks.forget()
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(_CLOSE_TIMEOUT):
                 if conn is not None:
@@ -912,7 +912,7 @@ class PostgresStore:
         """Release the run's lock if this store holds it."""
         conn = self._lock_conn
         if conn is None or conn.is_closed():
-            self._locks.held.pop(execution_id, None)  # a lost connection took its locks with it
+            self._locks.forget(execution_id)  # a lost connection took its locks with it
             return
         await self._locks.unlock(execution_id)
 
@@ -922,7 +922,7 @@ class PostgresStore:
             return conn
         if self._closed:
             raise StoreUnavailable(f"{self!r} is closed")
-        self._locks.held.clear()  # a lost connection took its locks with it
+        self._locks.forget()  # a lost connection took its locks with it
         idle = str(self._keepalive_idle)
         try:
             with anyio.fail_after(self._connect_timeout + 1):

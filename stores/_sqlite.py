@@ -281,7 +281,7 @@ class SQLiteStore:
         self._queue: list[_Op] = []
         # Set while batches are being written; resolved when the queue is empty (``close`` waits).
         self._drain: asyncio.Future[None] | None = None
-        self._locks: dict[str, int] = {}  # run -> the byte of the lock file it holds
+        self._locks: dict[int, str] = {}  # the byte of the lock file -> the run holding it
         self._lock_fd: int | None = None
         self._lock_key = os.path.realpath(self.lock_path)
         self._write_lock = _file_lock(self.path)
@@ -957,7 +957,11 @@ class SQLiteStore:
             if key in _held:
                 return False
             _held.add(key)
-        offset = int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
+        offset = _lock_offset(execution_id)
+        if offset in self._locks:  # another run of this store hashes to the same byte: refused as held
+            with _held_guard:
+                _held.discard(key)
+            return False
         try:
             if self._lock_fd is None:
                 self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -974,7 +978,7 @@ class SQLiteStore:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False
             raise StoreUnavailable(f"cannot lock {self.lock_path!r}: {exc}") from exc
-        self._locks[execution_id] = offset
+        self._locks[offset] = execution_id
         return True
 
     @staticmethod
@@ -987,9 +991,10 @@ class SQLiteStore:
         self._release(execution_id)
 
     def _release(self, execution_id: str) -> None:
-        offset = self._locks.pop(execution_id, None)
-        if offset is None:
+        offset = _lock_offset(execution_id)
+        if self._locks.get(offset) != execution_id:
             return
+        del self._locks[offset]
         try:
             if self._lock_fd is not None:
                 self._lock_byte(self._lock_fd, fcntl.F_UNLCK, offset)
@@ -1005,9 +1010,14 @@ class SQLiteStore:
                 os.close(fd)
         finally:
             with _held_guard:
-                for execution_id in self._locks:
+                for execution_id in self._locks.values():
                     _held.discard((self._lock_key, execution_id))
             self._locks.clear()
+
+
+def _lock_offset(execution_id: str) -> int:
+    """The byte of the lock file that stands for the run (a 62-bit hash of its id)."""
+    return int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
 
 
 # ---------------------------------------------------------------------- row helpers (database threads)
