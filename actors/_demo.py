@@ -66,7 +66,7 @@ async def run_demo(db: str) -> None:
     """The demo; ``db`` is the SQLite file (``tether.db`` by default, the embedded store)."""
     agent = refund_agent()
     async with SQLiteStore(db) as store, ActorSystem(store, runners=[agent]) as system:
-        small = f"small-{new_id()[:8]}"
+        small = f"small-{new_id()[-8:]}"
         print(f"1. a small refund ({small}) runs to the end in this process (pid {os.getpid()})")
         result = await (await system.spawn(agent, "Refund order 1042, amount 20", execution_id=small)).result(
             timeout=30
@@ -74,7 +74,7 @@ async def run_demo(db: str) -> None:
         _report(result)
         await _timeline(system, small)
 
-        large = f"large-{new_id()[:8]}"
+        large = f"large-{new_id()[-8:]}"
         print(f"\n2. a large refund ({large}) starts in a child process and pauses for approval")
         with anyio.fail_after(_CHILD_TIMEOUT):
             child = await anyio.run_process([sys.executable, "-m", "actors._demo", db, large])

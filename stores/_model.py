@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -44,13 +45,21 @@ RESUME_KEY: Final = "resume"
 
 
 def new_id() -> str:
-    """A fresh, globally unique id (uuid4 hex).
+    """A fresh, globally unique id: 32 hex digits laid out as a UUID version 7 (RFC 9562).
 
-    The same 32 hex digits (random, version 4, RFC 4122 variant) as ``uuid.uuid4().hex``, without
-    building a ``UUID`` object (~2 µs instead of ~13 µs: every row pays it).
+    The first 48 bits are the Unix time in milliseconds and the next 12 the fraction of that
+    millisecond, so ids sort by creation time (ties within ~0.25 µs fall in random order); the
+    last 62 bits are random. Time order is what keeps the stores' indexes cheap: a new row's
+    ``checkpoint_id`` and a new run's ``execution_id`` land at the end of their B-trees, so a
+    commit rewrites one index page there instead of a random page per row. Built from bytes
+    (~2 µs), not through ``uuid.UUID``.
     """
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
+    now = time.time_ns()
+    millis, sub = divmod(now, 1_000_000)
+    raw = bytearray(millis.to_bytes(6, "big") + os.urandom(10))
+    fraction = sub * 4096 // 1_000_000  # 12 bits of the millisecond
+    raw[6] = 0x70 | (fraction >> 8)
+    raw[7] = fraction & 0xFF
     raw[8] = (raw[8] & 0x3F) | 0x80
     return raw.hex()
 
