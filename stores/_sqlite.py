@@ -71,7 +71,7 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 #: Versioned migrations: SQL statements or a function run in the migration transaction. Never edit
 #: a shipped entry; add a new one.
 _MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], None]]] = {
@@ -125,6 +125,14 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], No
         )""",
     ),
     2: lambda conn: _chunks_onto_rows(conn),
+    # The outbox becomes a low-water mark instead of a partial index: an append then writes one
+    # B-tree fewer, and a store that never replicates pays nothing for its outbox.
+    3: (
+        "CREATE TABLE outbox (low INTEGER NOT NULL)",
+        "INSERT INTO outbox (low) SELECT coalesce((SELECT min(id) FROM checkpoints WHERE synced = 0), "
+        "(SELECT coalesce(max(id), 0) + 1 FROM checkpoints))",
+        "DROP INDEX IF EXISTS checkpoints_unsynced",
+    ),
 }
 
 _ROW_COLUMNS: Final = (
@@ -733,6 +741,7 @@ class SQLiteStore:
 
         def run(conn: sqlite3.Connection) -> int:
             deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
+            _lower_outbox_mark(conn)
             for table in ("pending_interrupts", "idempotency_cache"):
                 conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
             return int(deleted)
@@ -863,7 +872,9 @@ class SQLiteStore:
     async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
         """Rows not yet shipped, oldest write first."""
         return await self._read(
-            lambda conn: _rows_where(conn, _Ctx(), "synced = 0 ORDER BY id LIMIT ?", (limit,))
+            lambda conn: _rows_where(
+                conn, _Ctx(), "id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?", (limit,)
+            )
         )
 
     async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
@@ -871,20 +882,26 @@ class SQLiteStore:
         if not checkpoint_ids:
             return
         ids = [(cid,) for cid in checkpoint_ids]
-        await self._write(
-            lambda conn: conn.executemany("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
-        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
+            _raise_outbox_mark(conn)
+
+        await self._write(run)
 
     async def mark_quarantined(self, reasons: dict[str, str]) -> None:
         """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
         if not reasons:
             return
         pairs = [(reason, cid) for cid, reason in reasons.items()]
-        await self._write(
-            lambda conn: conn.executemany(
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(
                 "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
             )
-        )
+            _raise_outbox_mark(conn)
+
+        await self._write(run)
 
     async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
         """``(synced, sync_error)`` of a row, or ``None``."""
@@ -1152,6 +1169,7 @@ def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -
     conn.executemany(
         "DELETE FROM checkpoints WHERE execution_id = ? AND seq = ?", [(execution_id, s) for s in seqs]
     )
+    _lower_outbox_mark(conn)
     for log_id, bodies in moved.items():
         rows = conn.execute(
             "SELECT id, message_count, new_messages FROM checkpoints WHERE execution_id = ? AND log_id = ? "
@@ -1160,6 +1178,25 @@ def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -
         ).fetchall()
         _rechunk_rows(conn, rows, bodies)
     return len(seqs)
+
+
+# The outbox is the rows with ``synced = 0``; ``outbox.low`` is a mark no such row lies below, so
+# fetching scans the table from there instead of keeping an index that every append would write.
+def _raise_outbox_mark(conn: sqlite3.Connection) -> None:
+    """Move the mark up to the oldest row still unsynced (after rows were marked synced)."""
+    conn.execute(
+        "UPDATE outbox SET low = coalesce((SELECT id FROM checkpoints WHERE id >= outbox.low AND synced = 0 "
+        "ORDER BY id LIMIT 1), (SELECT coalesce(max(id), 0) + 1 FROM checkpoints))"
+    )
+
+
+def _lower_outbox_mark(conn: sqlite3.Connection) -> None:
+    """Keep the mark at most one past the newest row (after a delete).
+
+    SQLite gives a new row the id after the largest one left, so deleting the newest rows would
+    otherwise let the next row take an id below the mark, and the outbox would never send it.
+    """
+    conn.execute("UPDATE outbox SET low = min(low, (SELECT coalesce(max(id), 0) + 1 FROM checkpoints))")
 
 
 def _rechunk_rows(conn: sqlite3.Connection, rows: Sequence[Sequence[Any]], bodies: list[bytes]) -> None:

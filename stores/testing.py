@@ -851,6 +851,21 @@ class StoreConformance:
             await box.mark_synced([r.checkpoint_id for r in rows[:5]])
             assert await box.fetch_unsynced(100) == rows[5:]
 
+    async def test_outbox_sends_rows_written_after_the_newest_rows_were_deleted(self, store: Store) -> None:
+        """Deleting the newest (synced) rows must not hide the rows written next from the outbox."""
+        with self.bounded():
+            box = self.outbox(store)
+            old = await self.crashed_run(store, "run-a")
+            newest = await self.crashed_run(store, "run-b")
+            await box.mark_synced([r.checkpoint_id for r in [*old, *newest]])
+            assert await box.fetch_unsynced(100) == []
+            assert await store.delete_run("run-b") == len(newest)
+            again = [make_row("run-c", 0), make_row("run-c", 1)]
+            await self.write(store, again)
+            assert await box.fetch_unsynced(100) == again
+            await box.mark_synced([again[0].checkpoint_id])
+            assert await box.fetch_unsynced(100) == again[1:]
+
     async def test_outbox_quarantine(self, store: Store) -> None:
         with self.bounded():
             box = self.outbox(store)

@@ -401,11 +401,51 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
             [*more, {"role": "user", "content": "a7"}],
         ]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
     assert "messages" not in tables
     assert message_rows(path) == len(V1_LOGS["a"]) + 2 + len(V1_LOGS["b"])  # each message stored once
+
+
+async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path) -> None:
+    """Schema 3 replaces the partial index of unsynced rows by a mark: the same rows stay to send."""
+    from stores._sqlite import _MIGRATIONS
+
+    path = tmp_path / "v2.db"
+    async with SQLiteStore(path) as store:
+        rows = [row(f"run-{i}", 0, [{"role": "user", "content": f"m{i}"}]) for i in range(6)]
+        for one in rows:
+            await store.append(one)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE outbox")  # back to schema 2: the index, no mark
+    v1 = _MIGRATIONS[1]
+    assert isinstance(v1, tuple)
+    conn.execute(next(s for s in v1 if "checkpoints_unsynced" in s))
+    conn.execute("UPDATE checkpoints SET synced = 1 WHERE execution_id IN ('run-0', 'run-1', 'run-3')")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+
+    async with SQLiteStore(path) as store:
+        assert await store.fetch_unsynced(100) == [rows[2], rows[4], rows[5]]
+        await store.mark_synced([rows[2].checkpoint_id])
+        assert await store.fetch_unsynced(100) == [rows[4], rows[5]]
+    with sqlite3.connect(path) as conn:
+        indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        (low,) = conn.execute("SELECT low FROM outbox").fetchone()
+        (first,) = conn.execute("SELECT id FROM checkpoints WHERE execution_id = 'run-4'").fetchone()
+        plan = " ".join(
+            str(r)
+            for r in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT id FROM checkpoints WHERE id >= (SELECT low FROM outbox) AND synced = 0 "
+                "ORDER BY id LIMIT 5"
+            )
+        )
+    conn.close()
+    assert "checkpoints_unsynced" not in indexes
+    assert low == first  # the mark sits on the oldest row still to send
+    assert "rowid>?" in plan  # fetching starts at the mark, not at the start of the table
 
 
 def _locks_held(path: Path) -> list[str]:
