@@ -882,23 +882,22 @@ class SQLiteStore:
         if not checkpoint_ids:
             return
         ids = [(cid,) for cid in checkpoint_ids]
-
-        def run(conn: sqlite3.Connection) -> None:
-            conn.executemany("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
-            _raise_outbox_mark(conn)
-
-        await self._write(run)
+        await self._mark_sent("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
 
     async def mark_quarantined(self, reasons: dict[str, str]) -> None:
         """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
         if not reasons:
             return
         pairs = [(reason, cid) for cid, reason in reasons.items()]
+        await self._mark_sent(
+            "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
+        )
+
+    async def _mark_sent(self, update: str, params: Sequence[tuple[str, ...]]) -> None:
+        """Run ``update`` for each of ``params`` and move the outbox mark past the rows it sent."""
 
         def run(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
-            )
+            conn.executemany(update, params)
             _raise_outbox_mark(conn)
 
         await self._write(run)
@@ -1151,6 +1150,8 @@ def _prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
         if doomed:
             deleted += _delete_rows(conn, eid, [seq for (seq,) in doomed])
             touched.add(eid)
+    if deleted:
+        _lower_outbox_mark(conn)
     return deleted, touched
 
 
@@ -1169,7 +1170,6 @@ def _delete_rows(conn: sqlite3.Connection, execution_id: str, seqs: list[int]) -
     conn.executemany(
         "DELETE FROM checkpoints WHERE execution_id = ? AND seq = ?", [(execution_id, s) for s in seqs]
     )
-    _lower_outbox_mark(conn)
     for log_id, bodies in moved.items():
         rows = conn.execute(
             "SELECT id, message_count, new_messages FROM checkpoints WHERE execution_id = ? AND log_id = ? "

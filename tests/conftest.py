@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,3 +150,30 @@ def v1_expected(execution_id: str, seq: int) -> list[dict[str, Any]] | None:
         if (eid, s) == (execution_id, seq):
             return None if log_id is None else V1_LOGS[log_id][:count]
     raise KeyError((execution_id, seq))
+
+
+async def check_v1_history(store: Store) -> None:
+    """Every row of the converted schema-1 database reads the messages it saw before."""
+    for eid in ("r", "s"):
+        for found in await store.history(eid):
+            want = v1_expected(eid, found.seq)
+            assert found.state_snapshot == ({"turn": 1} if want is None else {"messages": want, "turn": 1})
+    assert (await store.latest("r")) == (await store.history("r"))[-1]
+
+
+# -- the benchmarks, run as their commands -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(name: str, *args: str, timeout: float = 60) -> str:
+    """Run ``python -m benchmarks.<name> *args`` from the project root; its output, after exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout

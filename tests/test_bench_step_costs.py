@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import run_benchmark
 
 
 def test_step_costs_benchmark_tiny() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_costs", "--tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    out = run_benchmark("step_costs", "--tiny")
     number = r"\s+\d+\.\d{3}"
     # raw: runs/s, 1.00x, wall and loop CPU; no writer timers (aiosqlite's own thread).
     assert re.search(rf"^raw\s+[\d,]+\s+1\.00x{number}{number}\s+-\s+-\s+-$", out, re.MULTILINE), out

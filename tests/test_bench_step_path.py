@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import run_benchmark
 
 pytestmark = pytest.mark.postgres
 
@@ -20,15 +16,7 @@ def _postgres_reachable(pg_schema: object) -> None:
 
 
 def test_step_path_benchmark_tiny() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_path", "--tiny", "--backend", "both"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    out = run_benchmark("step_path", "--tiny", "--backend", "both")
     for backend in ("SQLite", "PostgreSQL"):
         assert f"step path, {backend}" in out, out
     # One line per contender and backend: runs/s and the ratio to raw, sequential and concurrent.

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import run_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 RATIO = r"\d+\.\d\dx\s+(>=\d\.\d\d|-)\s+(PASS|MISS|info)"
 
 pytestmark = pytest.mark.postgres
@@ -21,15 +18,7 @@ def _postgres_reachable(pg_schema: object) -> None:
 
 
 def _bench(name: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--tiny", "--rounds", "3", "--backend", "both", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return run_benchmark(name, "--tiny", "--rounds", "3", "--backend", "both", *args, timeout=120)
 
 
 def test_append_path_benchmark() -> None:

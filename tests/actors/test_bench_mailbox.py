@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import run_benchmark
 
 
 def test_mailbox_benchmark_prints_ratios() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.mailbox", "--tiny", "--rounds", "5"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    out = result.stdout
+    out = run_benchmark("mailbox", "--tiny", "--rounds", "5")
     for metric in ("send", "ask round trip", "start"):
         assert re.search(rf"^{metric}\s.*\d+\.\d\dx", out, re.MULTILINE), out
     assert "counts verified: ok" in out

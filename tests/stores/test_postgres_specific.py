@@ -19,7 +19,7 @@ import anyio
 import asyncpg
 import msgspec
 import pytest
-from conftest import V1_LOGS, V1_ROWS, v1_expected
+from conftest import V1_LOGS, V1_ROWS, check_v1_history
 
 from stores import (
     AlreadyResumed,
@@ -246,13 +246,7 @@ async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: 
         await conn.close()
 
     async with PostgresStore(DSN, schema=schema) as store:
-        for eid in ("r", "s"):
-            for found in await store.history(eid):
-                want = v1_expected(eid, found.seq)
-                assert found.state_snapshot == (
-                    {"turn": 1} if want is None else {"messages": want, "turn": 1}
-                )
-        assert (await store.latest("r")) == (await store.history("r"))[-1]
+        await check_v1_history(store)
         more = [*V1_LOGS["a"], {"role": "user", "content": "a6"}]
         async with PostgresStore(DSN, schema=schema) as fresh:
             await fresh.latest("r")  # as a resuming engine does: it learns the log it extends

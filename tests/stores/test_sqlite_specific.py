@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from conftest import V1_LOGS, V1_ROWS, v1_expected
+from conftest import V1_LOGS, V1_ROWS, check_v1_history
 
 from stores import (
     AlreadyResumed,
@@ -384,13 +384,7 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
     conn.close()
 
     async with SQLiteStore(path) as store:
-        for eid in ("r", "s"):
-            for found in await store.history(eid):
-                want = v1_expected(eid, found.seq)
-                assert found.state_snapshot == (
-                    {"turn": 1} if want is None else {"messages": want, "turn": 1}
-                )
-        assert (await store.latest("r")) == (await store.history("r"))[-1]
+        await check_v1_history(store)
         # The converted log goes on: a store that never saw it extends it, and so does this one.
         more = [*V1_LOGS["a"], {"role": "user", "content": "a6"}]
         async with SQLiteStore(path) as fresh:
