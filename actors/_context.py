@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 if TYPE_CHECKING:
-    from stores._protocol import Store
+    from stores import Store
 
     from ._interrupt import Resume
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import anyio
 
-from stores import SQLiteStore
-from stores._model import new_id
+from stores import SQLiteStore, new_id
 
 from ._agent import Agent
 from ._interrupt import Resume, interrupt

@@ -13,8 +13,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from stores import AlreadyResumed, Checkpoint, PendingInterrupt, RunExists, Store, WriteConflict
-from stores._model import (
+from stores import (
     COMPLETED,
     FAILED,
     FORK_ORIGIN,
@@ -27,6 +26,12 @@ from stores._model import (
     RESUME_KEY,
     RUN_END,
     TOOL_CALL,
+    AlreadyResumed,
+    Checkpoint,
+    PendingInterrupt,
+    RunExists,
+    Store,
+    WriteConflict,
     new_id,
     utcnow,
 )

@@ -1,12 +1,12 @@
 """Errors of the actor runtime.
 
-Each derives from :class:`stores._errors.TetherError`, so ``except TetherError`` catches every error
+Each derives from :class:`stores.TetherError`, so ``except TetherError`` catches every error
 tether raises on purpose.
 """
 
 from __future__ import annotations
 
-from stores._errors import TetherError
+from stores import TetherError
 
 __all__ = [
     "ActorCrashed",

@@ -11,9 +11,9 @@ default ``x=1``, ``f()`` are one call; keyword order does not matter); arguments
 function of the same arguments returning a ``str`` (it is prefixed with the function's name, so two
 functions never share an entry).
 
-Every call returns the result's JSON form (``stores._json.normalize``: Structs and dataclasses
+Every call returns the result's JSON form (``stores.normalize_json``: Structs and dataclasses
 become dicts, tuples lists), the first call included, so a hit and a miss give equal values, in a
-run or not. A result that is not JSON raises :class:`~stores._errors.IdempotencyError` (after the
+run or not. A result that is not JSON raises :class:`~stores.IdempotencyError` (after the
 body ran; nothing is cached).
 
 Concurrent calls of one key in one process run the body once: the first caller leads, the others
@@ -36,9 +36,8 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 import anyio
 import anyio.from_thread
 
-from stores._errors import IdempotencyError
-from stores._json import canonical_json, normalize
-from stores._protocol import Store
+from stores import IdempotencyError, Store, canonical_json
+from stores import normalize_json as normalize
 
 from ._context import current_context
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from stores._json import decode, encode
+from stores import decode_json as decode
+from stores import encode_json as encode
 
 from ._context import current_resume
 

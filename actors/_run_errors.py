@@ -1,6 +1,6 @@
 """Errors of durable runs: a missing runner or tool, a pause that needs a decision, a run out of turns.
 
-Each derives from :class:`stores._errors.TetherError` and names the run, runner or tool it is about,
+Each derives from :class:`stores.TetherError` and names the run, runner or tool it is about,
 so a message read in a log says what to fix.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = ["MaxTurnsExceeded", "ResumeRequired", "RunnerNotFound", "ToolNotFound"]
 
-from stores._errors import TetherError
+from stores import TetherError
 
 
 def _of_run(execution_id: str | None) -> str:

@@ -13,8 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import AlreadyResumed, Checkpoint, PendingInterrupt, RunExists, RunNotFound, Store
-from stores._model import COMPLETED, INTERRUPTED, RUN_END, new_id
+from stores import (
+    COMPLETED,
+    INTERRUPTED,
+    RUN_END,
+    AlreadyResumed,
+    Checkpoint,
+    PendingInterrupt,
+    RunExists,
+    RunNotFound,
+    Store,
+    new_id,
+)
 
 from ._agent import Agent
 from ._interrupt import Resume

@@ -25,8 +25,9 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from stores._errors import SerializationError
-from stores._json import encode, normalize
+from stores import SerializationError
+from stores import encode_json as encode
+from stores import normalize_json as normalize
 
 __all__ = ["Tool", "ToolOutcome", "tool"]
 

@@ -46,8 +46,7 @@ from benchmarks.step_path import (
     refund_agent,
     timed_runs,
 )
-from stores import Checkpoint, SQLiteStore
-from stores._model import new_id, utcnow
+from stores import Checkpoint, SQLiteStore, new_id, utcnow
 
 # Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
 _writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}

@@ -18,12 +18,53 @@ from ._errors import (
     TetherError,
     WriteConflict,
 )
-from ._model import Cached, Checkpoint, PendingInterrupt, ReEntry
+from ._json import canonical_json
+from ._json import decode as decode_json
+from ._json import encode as encode_json
+from ._json import normalize as normalize_json
+from ._model import (
+    BOOKKEEPING_STEPS,
+    COMPLETED,
+    FAILED,
+    FORK_ORIGIN,
+    HANDOFF,
+    HITL_PAUSE,
+    INTERRUPTED,
+    LLM_CALL,
+    RECOVER,
+    REENTRY_SEQ,
+    RESUME,
+    RESUME_KEY,
+    RUN_END,
+    STATUSES,
+    TOOL_CALL,
+    Cached,
+    Checkpoint,
+    PendingInterrupt,
+    ReEntry,
+    new_id,
+    utcnow,
+)
 from ._postgres import PostgresStore
 from ._protocol import ReplicatedStore, Store
 from ._sqlite import SQLiteStore
 
 __all__ = [
+    "BOOKKEEPING_STEPS",
+    "COMPLETED",
+    "FAILED",
+    "FORK_ORIGIN",
+    "HANDOFF",
+    "HITL_PAUSE",
+    "INTERRUPTED",
+    "LLM_CALL",
+    "RECOVER",
+    "REENTRY_SEQ",
+    "RESUME",
+    "RESUME_KEY",
+    "RUN_END",
+    "STATUSES",
+    "TOOL_CALL",
     "AlreadyResumed",
     "Cached",
     "Checkpoint",
@@ -44,4 +85,10 @@ __all__ = [
     "StoreUnavailable",
     "TetherError",
     "WriteConflict",
+    "canonical_json",
+    "decode_json",
+    "encode_json",
+    "new_id",
+    "normalize_json",
+    "utcnow",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores._errors import TetherError
+from stores import TetherError
 
 __all__ = ["ModelError"]
 

@@ -8,7 +8,7 @@ from actors._agent import Agent
 from actors._run_errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
 from actors._tools import Tool, tool
 from actors.models import FunctionModel, Message
-from stores._errors import TetherError
+from stores import TetherError
 
 
 def _model() -> FunctionModel:

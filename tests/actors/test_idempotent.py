@@ -16,8 +16,7 @@ import pytest
 from actors._context import bind_run
 from actors._idempotent import idempotent
 from actors._tools import tool
-from stores import SQLiteStore
-from stores._errors import IdempotencyError, SerializationError
+from stores import IdempotencyError, SerializationError, SQLiteStore
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from actors._context import RunContext, bind, bind_run, current_context, current_resume, current_run
 from actors._interrupt import PauseSignal, Resume, interrupt
-from stores._errors import SerializationError, TetherError
+from stores import SerializationError, TetherError
 
 
 def test_resume_refuses_unknown_fields() -> None:

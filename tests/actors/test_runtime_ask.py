@@ -12,7 +12,7 @@ from actors._actor import Actor, ActorContext
 from actors._errors import ActorCrashed, ActorStopped, AskDeadlock, AskTimeout, MailboxFull
 from actors._supervision import Restart
 from actors._system import ActorSystem
-from stores._errors import TetherError
+from stores import TetherError
 
 
 class Add(msgspec.Struct, tag="add", frozen=True):
