@@ -49,10 +49,10 @@ import aiosqlite
 import asyncpg
 import msgspec
 
-from actors import ActorSystem, Agent, tool
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from actors import ActorSystem, Agent
 from benchmarks._common import PG_DSN, interleaved, median
 from stores import Checkpoint, PostgresStore, SQLiteStore
+from tether._refund import RefundBot
 
 PROMPT = "Refund order 1042, amount 20"
 ARGS: dict[str, Any] = {"order": "1042", "amount": 20}
@@ -179,28 +179,16 @@ async def check_rows(
 # -- tether
 
 
-@tool
-async def refund(order: str, amount: int) -> dict[str, Any]:
-    """Refund ``amount`` cents on ``order`` (async: it does not block, so it runs on the loop).
+class _CountingBot(RefundBot):
+    """tether's refund example, its charge counted as the other contenders' tools are."""
 
-    Args:
-        order: the order number.
-        amount: the amount in cents.
-    """
-    return charge(order, amount)
-
-
-def refund_model(messages: list[Message]) -> str | ModelReply:
-    """The offline model: ask for the refund, then answer with the tool's result."""
-    last = messages[-1]
-    if last.role == "tool":
-        return answer(last.content)
-    return ModelReply(tool_calls=[ToolCall("refund", dict(ARGS))])
+    def charge(self, order: str, amount: int, approver: str | None) -> None:
+        charge(order, amount)
 
 
 def refund_agent() -> Agent:
-    """The tether agent of the small refund: the offline model and the refund tool."""
-    return Agent("refund-bot", FunctionModel(refund_model), tools=[refund])
+    """The tether agent of the small refund: tether's refund example (:mod:`tether._refund`)."""
+    return _CountingBot().agent()
 
 
 class Tether(Contender):

@@ -1,9 +1,10 @@
 """The refund bot the boundary proofs run, its tools, and a charge ledger that outlives processes.
 
-The model is a :class:`FunctionModel`: on turn 0 it asks for ``refund(order, amount)`` (and, when the
-request says "notify", for ``notify(order)`` in the same turn); once it has read a tool result it
-answers ``"Refund for order 1042 is on its way."``. A refund over 1000 calls
-``interrupt("manager_approval", {"order", "amount", "balance": 100})`` and charges only when approved.
+The bot is tether's refund example (:mod:`tether._refund`, the one ``tether demo`` and the benchmarks
+run): on turn 0 the model asks for ``refund(order, amount)`` (and, when the request says "notify", for
+``notify(order)`` in the same turn); once it has read a tool result it answers ``"Refund for order
+1042 is on its way."``. A refund over 1000 calls ``interrupt("manager_approval", {"order", "amount",
+"balance": 100})`` and charges only when approved.
 
 Every model call, tool start, charge and notification is appended as one JSON line to the ledger file
 (:func:`configure`), tagged with the pid and the run, so a parent process counts what its children did.
@@ -15,15 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from actors import Agent, current_run, idempotent, interrupt, tool
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from actors import Agent, Resume, current_run, idempotent, interrupt, tool
+from actors.models import Message, ToolCall
+from tether._refund import APPROVAL_LIMIT as LIMIT
+from tether._refund import ORDER, RefundBot
 
 __all__ = [
     "AGENTS",
@@ -36,8 +38,6 @@ __all__ = [
     "events",
 ]
 
-ORDER = "1042"
-LIMIT = 1000
 ANSWER = f"Refund for order {ORDER} is on its way."
 SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
 
@@ -104,81 +104,62 @@ def charges(run: str) -> list[dict[str, Any]]:
     return out
 
 
-# -- the model ----------------------------------------------------------------------------------------
+# -- the refund bot, with the proofs' ledger and crash points --------------------------------------
 
 
-def respond(messages: list[Message]) -> str | ModelReply:
-    """Turn 0: ask for the refund (and a notification); after a tool result: the final answer."""
-    turn = sum(1 for m in messages if m.role == "assistant")
-    seen = [m.content for m in messages if m.role == "tool"]
-    record("model", run=_run_id(), turn=turn, tools_seen=seen)
-    if turn == 0:
-        request = next(m.content for m in reversed(messages) if m.role == "user")
-        match = re.search(r"\bfor (\d+)", request)
-        amount = int(match.group(1)) if match else 0
-        calls = [ToolCall("refund", {"order": ORDER, "amount": amount})]
+class ProofBot(RefundBot):
+    """The refund example (:class:`tether._refund.RefundBot`) recording to the ledger, with the knobs.
+
+    Turn 0 also asks for ``notify(order)`` when the request says "notify"; the answer is :data:`ANSWER`.
+    """
+
+    def on_model(self, turn: int, messages: list[Message]) -> None:
+        seen = [m.content for m in messages if m.role == "tool"]
+        record("model", run=_run_id(), turn=turn, tools_seen=seen)
+
+    def first_calls(self, request: str, amount: int) -> list[ToolCall]:
+        calls = super().first_calls(request, amount)
         if "notify" in request:
             calls.append(ToolCall("notify", {"order": ORDER}))
-        return ModelReply(tool_calls=calls)
-    if KNOBS.crash == "model":
-        os._exit(EXIT_IN_MODEL)
-    if KNOBS.raise_model_once:
-        KNOBS.raise_model_once = False
-        raise RuntimeError("provider returned 503")
-    return ANSWER
+        return calls
 
+    def answer(self, messages: list[Message]) -> str:
+        if KNOBS.crash == "model":
+            os._exit(EXIT_IN_MODEL)
+        if KNOBS.raise_model_once:
+            KNOBS.raise_model_once = False
+            raise RuntimeError("provider returned 503")
+        return ANSWER
 
-# -- the tools ----------------------------------------------------------------------------------------
+    async def on_tool(self, order: str, amount: int) -> None:
+        record("tool", tool="refund", run=_run_id(), order=order, amount=amount)
+        if KNOBS.crash == "tool":
+            os._exit(EXIT_IN_TOOL)
+        if KNOBS.crash == "block":
+            if KNOBS.ready_file:
+                await anyio.Path(KNOBS.ready_file).touch()
+            await anyio.sleep(3600)
 
+    def approval_context(self, order: str, amount: int) -> dict[str, Any]:
+        context = {"order": order, "amount": amount, "balance": 100}
+        KNOBS.contexts.append(context)
+        return context
 
-def _touch(path: str) -> None:
-    Path(path).touch()
-
-
-async def _crash_point_tool() -> None:
-    if KNOBS.crash == "tool":
-        os._exit(EXIT_IN_TOOL)
-    if KNOBS.crash == "block":
-        if KNOBS.ready_file:
-            _touch(KNOBS.ready_file)
-        await anyio.sleep(3600)
-
-
-def _approval(order: str, amount: int) -> str | None:
-    """Pause for a manager on a large refund; on resume return the approver (None: refused)."""
-    context = {"order": order, "amount": amount, "balance": 100}
-    KNOBS.contexts.append(context)
-    try:
-        decision = interrupt("manager_approval", context)
-    finally:
+    def after_interrupt(self, context: dict[str, Any]) -> None:
         # The tool changes its context object after interrupt() was called: the approver must not see it.
         context["balance"] = 0
         context["changed"] = "after interrupt()"
-    if KNOBS.crash == "after_claim":
-        os._exit(EXIT_AFTER_CLAIM)
-    if not decision.approved:
-        return None
-    return str(decision.metadata.get("approver", "?"))
+
+    def approver(self, decision: Resume) -> str | None:
+        if KNOBS.crash == "after_claim":
+            os._exit(EXIT_AFTER_CLAIM)
+        return super().approver(decision)
+
+    def charge(self, order: str, amount: int, approver: str | None) -> None:
+        record("charge", run=_run_id(), order=order, amount=amount, approver=approver)
 
 
-@tool
-async def refund(order: str, amount: int) -> dict[str, Any]:
-    """Refund ``amount`` on ``order``; amounts over 1000 need a manager's approval.
-
-    Args:
-        order: the order number.
-        amount: the amount to refund.
-    """
-    run = _run_id()
-    record("tool", tool="refund", run=run, order=order, amount=amount)
-    await _crash_point_tool()
-    approver = None
-    if amount > LIMIT:
-        approver = _approval(order, amount)
-        if approver is None:
-            return {"refunded": False, "order": order}
-    record("charge", run=run, order=order, amount=amount, approver=approver)
-    return {"refunded": True, "order": order, "amount": amount}
+BOT = ProofBot()
 
 
 @tool
@@ -262,15 +243,11 @@ async def refund_burst(order: str, amount: int) -> dict[str, Any]:
     return {"calls": len(results), "distinct_results": len({json.dumps(r, sort_keys=True) for r in results})}
 
 
-def _agent(name: str, *tools: Any) -> Agent:
-    return Agent(name, FunctionModel(respond, name="refund-model"), tools=list(tools))
-
-
 #: Every runner a proof process can resume, by name.
 AGENTS: dict[str, Agent] = {
-    "refund-bot": _agent("refund-bot", refund, notify),
-    "refund-plain": _agent("refund-plain", refund_plain),
-    "refund-idempotent": _agent("refund-idempotent", refund_idempotent),
-    "refund-opaque": _agent("refund-opaque", refund_opaque),
-    "refund-burst": _agent("refund-burst", refund_burst),
+    "refund-bot": BOT.agent("refund-bot", tools=[*BOT.tools(), notify]),
+    "refund-plain": BOT.agent("refund-plain", tools=[refund_plain]),
+    "refund-idempotent": BOT.agent("refund-idempotent", tools=[refund_idempotent]),
+    "refund-opaque": BOT.agent("refund-opaque", tools=[refund_opaque]),
+    "refund-burst": BOT.agent("refund-burst", tools=[refund_burst]),
 }

@@ -2,10 +2,12 @@
 
 A small refund completes in the demo's process; a large one pauses in a child process that exits, and
 the demo's process resumes it: one charge per refund, and the printed timelines follow the row grammar.
+Without ``--store`` (and without ``$TETHER_STORE``) the demo uses ``tether.db`` in the working directory.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -58,7 +60,9 @@ async def test_tether_demo(tmp_path: Path) -> None:
     assert TETHER.exists(), f"the console script is not installed at {TETHER}"
     db = tmp_path / "d.db"
     with anyio.fail_after(LIMIT):
-        done = await anyio.run_process([str(TETHER), "demo", "--db", str(db)], cwd=tmp_path, check=False)
+        done = await anyio.run_process(
+            [str(TETHER), "demo", "--store", f"sqlite:///{db}"], cwd=tmp_path, check=False
+        )
     out, err = done.stdout.decode(), done.stderr.decode()
     assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
     assert db.exists()
@@ -81,3 +85,17 @@ async def test_tether_demo(tmp_path: Path) -> None:
         out,
     )
     assert out.count("status: completed") == 2
+    assert out.rstrip().endswith(f"rows are in {db}"), out
+
+
+async def test_python_m_tether_demo_uses_tether_db_in_the_working_directory(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
+    with anyio.fail_after(LIMIT):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "tether", "demo"], cwd=tmp_path, env=env, check=False
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, out + done.stderr.decode()
+    assert (tmp_path / "tether.db").exists()
+    assert timelines(out.splitlines()) == [SMALL_TIMELINE, LARGE_TIMELINE], out
+    assert out.rstrip().endswith(f"rows are in {tmp_path / 'tether.db'}"), out
