@@ -1,7 +1,8 @@
 """``ActorSystem``: the public entry point, a thin async context manager over :class:`ActorRuntime`.
 
-It holds the durable-run configuration (``store``, ``runners``, ``replicator``) for the durable layer
-and delegates plain actors to the runtime. The store is opened only on first durable use.
+The only module that sees both halves of the package: it owns the runtime (``actors._core``) and
+hands the durable layer (``actors._durable``) what it needs by injection (the runtime, a store
+provider, the runners). The store is opened only on first durable use.
 """
 
 from __future__ import annotations
@@ -9,29 +10,22 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
-from ._actor import make_spec
-from ._runs import RunRef, Runs
-from ._runtime import ActorRuntime
-from ._supervision import ChildSpec, Restart, Supervision
+from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
+from ._durable import RunRef, Runs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import timedelta
     from typing import Self
 
-    from stores import Checkpoint, PendingInterrupt
+    from stores import Checkpoint, PendingInterrupt, Store
 
-    from ._actor import Actor
-    from ._agent import Agent
-    from ._errors import RestartIntensityExceeded
-    from ._interrupt import Resume
-    from ._ref import ActorRef
-    from ._result import RunResult
-    from ._run import Cancel, Recover
+    from ._core import Actor, ActorRef, RestartIntensityExceeded
+    from ._durable import Cancel, Recover, Resume, Runner, RunResult
     from .models import Message
 
 __all__ = ["ActorSystem"]
@@ -48,17 +42,17 @@ class ActorSystem:
 
     def __init__(
         self,
-        store: Any = None,
+        store: Store | None = None,
         *,
-        runners: Iterable[Any] = (),
-        replicator: Any = None,
+        runners: Iterable[Runner] = (),
+        replicator: object | None = None,
         supervision: Supervision | None = None,
     ) -> None:
         self.store = store
         self.runners = tuple(runners)
         self.replicator = replicator
         self._runtime = ActorRuntime(self, supervision=supervision)
-        self._runs = Runs(self, self.runners)
+        self._runs = Runs(self._runtime, self._durable_store, self.runners)
         self._owns_store = False
         self._store_lock: anyio.Lock | None = None
 
@@ -114,10 +108,10 @@ class ActorSystem:
         )
         return await self._runtime.start(spec)
 
-    # -- durable runs (see actors._runs) ------------------------------------------------------------
+    # -- durable runs (see actors._durable._runs) ------------------------------------------------------------
 
     async def spawn(
-        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
         """Start a durable run of ``runner``; returns once the run owns its id and wrote its first row.
 
@@ -159,11 +153,12 @@ class ActorSystem:
         return await self._runs.pending()
 
     async def prune(self, older_than: timedelta) -> int:
-        """Delete old rows by rule 10 of the design (never a pause or what a resume needs)."""
+        """Delete old rows by rule 10 of ``docs/durability.md`` (never a pause or what a resume needs)."""
         return await self._runs.prune(older_than)
 
-    async def _durable_store(self) -> Any:
-        """The store, opening the default ``SQLiteStore("tether.db")`` on first durable use."""
+    async def _durable_store(self) -> Store:
+        """The store, opening the default ``SQLiteStore("tether.db")`` on first durable use (the
+        store provider the durable layer is given)."""
         if self.store is not None:
             return self.store
         if self._store_lock is None:
@@ -171,8 +166,8 @@ class ActorSystem:
         async with self._store_lock:
             if self.store is None:
                 # Lazy: plain actors never import or open the database.
-                stores: Any = importlib.import_module("stores")
-                store = stores.SQLiteStore("tether.db")
+                stores = importlib.import_module("stores")
+                store: Store = stores.SQLiteStore("tether.db")
                 await store.setup()
                 self.store = store
                 self._owns_store = True
@@ -180,5 +175,8 @@ class ActorSystem:
 
     async def _close_store(self) -> None:
         """Close a store this system opened itself (shielded, bounded)."""
+        store = self.store
+        if store is None:
+            return
         with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
-            await self.store.close()
+            await store.close()

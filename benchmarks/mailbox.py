@@ -18,8 +18,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from actors._actor import Actor, ActorContext
-from actors._system import ActorSystem
+from actors import Actor, ActorContext, ActorSystem
 from benchmarks._common import median, print_table
 
 MAILBOX = 1024

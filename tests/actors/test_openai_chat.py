@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors._tools import tool
+from actors import tool
 from actors.models import Message, ModelError, ModelReply, OpenAIChat, ToolCall
 
 Reply = tuple[int, dict[str, Any] | str, dict[str, str]]

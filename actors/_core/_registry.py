@@ -1,0 +1,146 @@
+"""A registry of actors keyed by id (a run's ``execution_id``): get-or-activate and passivation.
+
+At most one live actor per key: concurrent first messages share one activation, a new activation
+waits until the previous actor for the key has fully exited, and the entry disappears on exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._actor import make_spec
+from ._errors import ActorCrashed, ActorStopped
+from ._supervision import Restart
+
+if TYPE_CHECKING:
+    from ._actor import Actor
+    from ._cell import Cell
+    from ._ref import ActorRef
+    from ._runtime import ActorRuntime
+
+__all__ = ["Registry"]
+
+
+class _Entry:
+    __slots__ = ("cell", "error", "ready")
+
+    def __init__(self) -> None:
+        self.ready = anyio.Event()
+        self.cell: Cell | None = None
+        self.error: BaseException | None = None
+
+
+class Registry:
+    """Maps keys to live actors; owned by the runtime."""
+
+    __slots__ = ("_entries", "_runtime")
+
+    def __init__(self, runtime: ActorRuntime) -> None:
+        self._runtime = runtime
+        self._entries: dict[Hashable, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def lookup(self, key: Hashable) -> ActorRef | None:
+        """The live, accepting actor for ``key``, if any (never activates)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.cell is None or not entry.cell.accepting:
+            return None
+        return entry.cell.ref
+
+    async def get_or_activate(
+        self,
+        key: Hashable,
+        factory: Callable[[], Actor],
+        *,
+        idle_timeout: float | None = None,
+        mailbox_size: int = 1024,
+        stop_timeout: float = 2.0,
+        bindings: dict[str, object] | None = None,
+    ) -> ActorRef:
+        """Return the live actor for ``key``, activating it with ``factory`` on first use.
+
+        Raises :class:`ActorCrashed` when the activation's ``on_start`` failed (for every caller that
+        shared it). The waits are bounded by the activation's own ``on_start`` and by the previous
+        actor's time-bounded stop.
+        """
+        while True:
+            entry = self._entries.get(key)
+            if entry is None:
+                return await self._activate(
+                    key, factory, idle_timeout, mailbox_size, stop_timeout, bindings or {}
+                )
+            if not entry.ready.is_set():
+                await entry.ready.wait()
+                if entry.error is not None:
+                    crashed = ActorCrashed(
+                        f"activation of {key!r} failed: {entry.error!r}", actor_id=str(key)
+                    )
+                    crashed.__cause__ = entry.error
+                    raise crashed
+                continue
+            cell = entry.cell
+            if cell is None:  # a failed activation left behind by a cancelled caller
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+                continue
+            if cell.accepting:
+                return cell.ref
+            await cell.exited.wait()
+
+    async def _activate(
+        self,
+        key: Hashable,
+        factory: Callable[[], Actor],
+        idle_timeout: float | None,
+        mailbox_size: int,
+        stop_timeout: float,
+        bindings: dict[str, object],
+    ) -> ActorRef:
+        entry = self._entries[key] = _Entry()
+        spec = make_spec(
+            factory,
+            name=str(key),
+            restart=Restart.TEMPORARY,
+            mailbox_size=mailbox_size,
+            stop_timeout=stop_timeout,
+            idle_timeout=idle_timeout,
+            bindings=bindings,
+        )
+        try:
+            ref = await self._runtime.spawn(spec, self._runtime.root, key=key)
+        except BaseException as exc:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            entry.error = exc if isinstance(exc, Exception) else ActorStopped("activation was cancelled")
+            entry.ready.set()
+            raise
+        entry.ready.set()
+        return ref
+
+    def bind(self, key: Hashable, cell: Cell) -> None:
+        """Attach the new ``cell`` to the pending activation of ``key`` (before its task runs)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.cell is None:
+            entry.cell = cell
+
+    def forget(self, key: Hashable, cell: Cell) -> None:
+        """Drop ``key`` if it still names ``cell`` (called as the actor exits)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.cell is cell:
+            del self._entries[key]
+
+    def passivate(self, key: Hashable) -> bool:
+        """Retire the actor for ``key`` once its mailbox is empty; return whether one was live."""
+        entry = self._entries.get(key)
+        if entry is None or entry.cell is None:
+            return False
+        entry.cell.passivate()
+        return True

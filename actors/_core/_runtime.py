@@ -1,0 +1,212 @@
+"""``ActorRuntime``: the task group, the root of the supervision tree, the registry and shutdown.
+
+Every actor task lives in the runtime's one task group (the supervision tree is logical, so a start
+costs one task and no nested task group). Leaving the runtime stops the actors (children first,
+``on_stop`` shielded and time-bounded), then cancels whatever is left; it does the same when its
+block is cancelled or when a failure escalates to the root.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._cell import Cell
+from ._deadlines import AskDeadlines
+from ._errors import ActorCrashed, ActorStopped, RestartIntensityExceeded
+from ._log import tether_logger
+from ._registry import Registry
+from ._supervision import ChildSpec, Supervision, SupervisionNode
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from .._system import ActorSystem
+    from ._actor import Actor
+    from ._ref import ActorRef
+
+__all__ = ["ActorRuntime"]
+
+_log = tether_logger()
+
+
+class ActorRuntime:
+    """The actor runtime core that an :class:`ActorSystem` owns and delegates to."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        supervision: Supervision | None = None,
+        shutdown_timeout: float = 3.0,
+    ) -> None:
+        self.system = system
+        self.root = SupervisionNode(supervision or Supervision(), None, self)
+        self.registry = Registry(self)
+        self.deadlines = AskDeadlines()
+        self.escalations: list[RestartIntensityExceeded] = []
+        self.shutdown_timeout = shutdown_timeout
+        self._tg: TaskGroup | None = None
+        self._cells: set[Cell] = set()
+        self._idle: set[Cell] = set()
+        self._sweeper: anyio.CancelScope | None = None
+        self._ids = itertools.count(1)
+        self._closing = False
+        self._failing = False
+
+    @property
+    def live_actors(self) -> int:
+        """How many actor tasks are running (restarting actors included)."""
+        return len(self._cells)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ActorRuntime:
+        if self._tg is not None:
+            raise RuntimeError("an ActorRuntime can be entered only once")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self.deadlines.attach(tg)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        tg = self._tg
+        assert tg is not None, "the runtime was not entered"
+        with anyio.CancelScope(shield=True):
+            await self._stop_all()
+        tg.cancel_scope.cancel()  # what outlived the graceful stop; clean-ups stay shielded
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            rest = group.split(RestartIntensityExceeded)[1]
+            if rest is None and self.escalations:
+                raise self.escalations[0] from self.escalations[0].__cause__
+            if rest is not None and len(rest.exceptions) == 1 and rest.exceptions[0] is exc:
+                return None  # the block's own exception: let it propagate unwrapped
+            raise
+
+    async def _stop_all(self) -> None:
+        """Stop every actor gracefully within ``shutdown_timeout`` (call shielded)."""
+        self._closing = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        with anyio.move_on_after(self.shutdown_timeout) as bound:
+            await self.root.shutdown()
+        self.deadlines.close()
+        if bound.cancelled_caught:
+            _log.warning("actor_system.shutdown_timeout", live=len(self._cells))
+
+    def escalate(self, error: RestartIntensityExceeded) -> None:
+        """A failure reached the root: report it and shut the system down (the block raises it)."""
+        self.escalations.append(error)
+        _log.error("actor_system.escalation", actor_id=error.actor_id, error=repr(error.__cause__))
+        if self._failing or self._tg is None:
+            return
+        self._failing = True
+        self._tg.start_soon(self._fail, error)
+
+    async def _fail(self, error: RestartIntensityExceeded) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._stop_all()
+        raise error  # the task group cancels the block and re-raises it on exit
+
+    # -- starting actors --------------------------------------------------------------------------
+
+    async def start(self, spec: ChildSpec) -> ActorRef:
+        """Start a top-level actor under the root supervision; return after its ``on_start`` ran."""
+        return await self.spawn(spec, self.root)
+
+    async def spawn(
+        self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None
+    ) -> ActorRef:
+        """Start ``spec`` under ``parent``; raise :class:`ActorCrashed` if its first ``on_start`` fails.
+
+        The wait is bounded by the actor's own ``on_start``.
+        """
+        tg = self._tg
+        if tg is None or self._closing or parent.closing:
+            raise ActorStopped("the actor system is not running")
+        actor_id = spec.name if spec.name is not None else f"actor-{next(self._ids)}"
+        cell = Cell(self, spec, parent, actor_id, key)
+        if key is not None:
+            self.registry.bind(key, cell)
+        parent.attach(cell)
+        self._cells.add(cell)
+        if spec.idle_timeout is not None:
+            self._watch_idle(cell, spec.idle_timeout)
+        tg.start_soon(cell.run)
+        await cell.started.wait()
+        if cell.start_error is not None:
+            crashed = ActorCrashed(f"{actor_id} failed in on_start: {cell.start_error!r}", actor_id=actor_id)
+            crashed.__cause__ = cell.start_error
+            raise crashed
+        return cell.ref
+
+    def cell_exited(self, cell: Cell) -> None:
+        self._cells.discard(cell)
+        self._idle.discard(cell)
+        if cell.key is not None:
+            self.registry.forget(cell.key, cell)
+
+    # -- registry ---------------------------------------------------------------------------------
+
+    async def get_or_activate(self, key: Hashable, factory: Callable[[], Actor], **options: Any) -> ActorRef:
+        """The live actor for ``key``, created with ``factory`` on first use (see :class:`Registry`)."""
+        return await self.registry.get_or_activate(key, factory, **options)
+
+    async def deliver(
+        self, key: Hashable, factory: Callable[[], Actor], message: object, **options: Any
+    ) -> ActorRef:
+        """Send ``message`` to the actor for ``key``, activating it if needed.
+
+        If the actor passivated or stopped between lookup and send (the message was not taken),
+        it activates a new one and sends again, a bounded number of times.
+        """
+        for _ in range(16):
+            ref = await self.registry.get_or_activate(key, factory, **options)
+            try:
+                await ref.send(message)
+            except ActorStopped:
+                continue
+            return ref
+        raise ActorStopped(f"could not deliver to {key!r}: its actor kept stopping")
+
+    def lookup(self, key: Hashable) -> ActorRef | None:
+        """The live, accepting actor for ``key``, if any (never activates)."""
+        return self.registry.lookup(key)
+
+    def passivate(self, key: Hashable) -> bool:
+        """Retire the actor for ``key`` as soon as its mailbox is empty."""
+        return self.registry.passivate(key)
+
+    def _watch_idle(self, cell: Cell, idle_timeout: float) -> None:
+        cell.idle_since = anyio.current_time()
+        self._idle.add(cell)
+        if self._sweeper is None and self._tg is not None:
+            self._sweeper = anyio.CancelScope()
+            self._tg.start_soon(self._sweep, self._sweeper)
+
+    async def _sweep(self, scope: anyio.CancelScope) -> None:
+        """Passivate actors that took no message for their ``idle_timeout`` (one task for all)."""
+        with scope:
+            while True:
+                interval = min((c.spec.idle_timeout or 1.0 for c in self._idle), default=1.0) / 2
+                await anyio.sleep(interval)
+                now = anyio.current_time()
+                for cell in list(self._idle):
+                    if cell.processed != cell.idle_seen:
+                        cell.idle_seen = cell.processed
+                        cell.idle_since = now
+                    elif now - cell.idle_since >= (cell.spec.idle_timeout or 0.0):
+                        self._idle.discard(cell)
+                        cell.passivate()

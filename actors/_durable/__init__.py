@@ -1,0 +1,36 @@
+"""Durable runs on the actor runtime: one supervised actor per ``execution_id``, a row before every step.
+
+Built on ``actors._core`` (never the other way) and on ``stores``. The run's messages live in
+``_messages``, its rows (``seq`` and the writes) in ``_runlog``, the agent loop in ``_engine``, the run
+actor in ``_run_actor`` and the public operations in ``_runs``. The rules and the row grammar the
+code cites are those of ``docs/durability.md``.
+"""
+
+from ._agent import Agent, Runner
+from ._context import current_run
+from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
+from ._idempotent import idempotent
+from ._interrupt import interrupt
+from ._messages import Cancel, Recover, Resume
+from ._result import RunResult
+from ._runs import RunRef, Runs
+from ._tools import tool
+
+__all__ = [
+    "Agent",
+    "Cancel",
+    "MaxTurnsExceeded",
+    "Recover",
+    "Resume",
+    "ResumeRequired",
+    "RunRef",
+    "RunResult",
+    "Runner",
+    "RunnerNotFound",
+    "Runs",
+    "ToolNotFound",
+    "current_run",
+    "idempotent",
+    "interrupt",
+    "tool",
+]

@@ -1,0 +1,90 @@
+"""The :class:`Agent` definition: a name, a model, tools, instructions and a turn budget.
+
+It is only a description; the run actor executes it. Tools are found by name, so a resumed run
+finds the tool it paused in as long as an agent of the same name has a tool of that name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
+
+from ..models import Model
+from ._errors import ToolNotFound
+from ._tools import Tool
+
+__all__ = ["Agent", "Runner"]
+
+_NAME = re.compile(r"^[^/:\s][^/:]*$")
+
+
+class Agent:
+    """An agent: ``model`` answers each turn, offered ``tools``; ``instructions`` become the system
+    message; the run fails with ``MaxTurnsExceeded`` after ``max_turns`` model calls without a final answer.
+
+    ``tools`` are :class:`~actors._durable._tools.Tool` objects or plain functions (wrapped with ``@tool``).
+    ``name`` may not contain ``/`` or ``:`` (they separate the segments of ``agent_path``).
+    """
+
+    __slots__ = ("_tools", "instructions", "max_turns", "model", "name")
+
+    def __init__(
+        self,
+        name: str,
+        model: Model,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        instructions: str | None = None,
+        max_turns: int = 20,
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name) or name != name.strip():
+            raise ValueError(f"agent name {name!r} must be a non-empty str without '/', ':' or edge spaces")
+        if not callable(getattr(model, "complete", None)):
+            raise TypeError(f"agent {name!r}: model must have an async complete(messages, tools) method")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"agent {name!r}: max_turns must be an int >= 1, not {max_turns!r}")
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(f"agent {name!r}: instructions must be a str or None")
+        by_name: dict[str, Tool] = {}
+        for item in tools:
+            wrapped = item if isinstance(item, Tool) else Tool(item)
+            if wrapped.name in by_name:
+                raise ValueError(f"agent {name!r} has two tools named {wrapped.name!r}")
+            by_name[wrapped.name] = wrapped
+        self.name = name
+        self.model = model
+        self.instructions = instructions
+        self.max_turns = max_turns
+        self._tools = by_name
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The agent's tools, in the order given."""
+        return list(self._tools.values())
+
+    @property
+    def label(self) -> str:
+        """This agent's ``agent_path`` segment as a plain agent: ``agent:<name>``."""
+        return f"agent:{self.name}"
+
+    def tool(self, name: str, *, execution_id: str | None = None) -> Tool:
+        """The tool called ``name``; :class:`ToolNotFound` (naming agent, tool and run) if there is none."""
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise ToolNotFound(name, agent=self.name, execution_id=execution_id) from None
+
+    def has_tool(self, name: str) -> bool:
+        """Whether the agent has a tool called ``name``."""
+        return name in self._tools
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI-style function schemas, for :meth:`Model.complete`."""
+        return [t.schema() for t in self._tools.values()]
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={list(self._tools)!r}, max_turns={self.max_turns})"
+
+
+Runner: TypeAlias = Agent
+"""What a durable run runs: ``ActorSystem(runners=...)`` and ``spawn`` take these."""

@@ -1,0 +1,93 @@
+"""What a run binds while it executes a step: the run's id, the writer's ``agent_path``, the store
+(for ``@idempotent``), and the :class:`~actors.Resume` of a tool call being resumed.
+
+One context variable holds a :class:`RunContext`. The run actor binds it around each step with
+:func:`bind_run` / :func:`bind`; tasks and worker threads started inside inherit it (anyio copies
+the context into ``to_thread.run_sync`` and ``from_thread.run``). :func:`current_run` is the public view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from stores import Store
+
+    from ._messages import Resume
+
+__all__ = ["RunContext", "RunInfo", "bind", "bind_run", "current_context", "current_resume", "current_run"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """The binding of one step of a run. ``store`` is where ``@idempotent`` caches (``None``: no
+    caching); ``resume`` is set only while the tool call that paused runs again. Derive the
+    binding of a nested step with ``dataclasses.replace(ctx, agent_path=..., node_id=..., resume=...)``."""
+
+    execution_id: str
+    agent_path: str | None = None
+    store: Store | None = None
+    node_id: str | None = None
+    resume: Resume | None = None
+
+
+class RunInfo(msgspec.Struct, frozen=True):
+    """What a tool may know of the run it runs in."""
+
+    execution_id: str
+    agent_path: str | None = None
+    node_id: str | None = None
+
+
+_current: ContextVar[RunContext | None] = ContextVar("tether_run", default=None)
+
+
+def current_context() -> RunContext | None:
+    """The bound :class:`RunContext`, or ``None`` outside a run (internal)."""
+    return _current.get()
+
+
+def current_run() -> RunInfo | None:
+    """The run this code executes in: its ``execution_id`` and ``agent_path``; ``None`` outside a run."""
+    ctx = _current.get()
+    if ctx is None:
+        return None
+    return RunInfo(ctx.execution_id, ctx.agent_path, ctx.node_id)
+
+
+def current_resume() -> Resume | None:
+    """The decision bound for the tool call being resumed, if any."""
+    ctx = _current.get()
+    return None if ctx is None else ctx.resume
+
+
+@contextmanager
+def bind(ctx: RunContext) -> Iterator[RunContext]:
+    """Bind ``ctx`` for the ``with`` block (in this task and what it starts), then restore."""
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _current.reset(token)
+
+
+def bind_run(
+    execution_id: str,
+    *,
+    agent_path: str | None = None,
+    store: Store | None = None,
+    node_id: str | None = None,
+    resume: Resume | None = None,
+) -> AbstractContextManager[RunContext]:
+    """Bind a new :class:`RunContext` for the ``with`` block."""
+    return bind(
+        RunContext(
+            execution_id=execution_id, agent_path=agent_path, store=store, node_id=node_id, resume=resume
+        )
+    )

@@ -1,0 +1,392 @@
+"""The agent loop of one durable run: write a row, then take the step; re-enter at the newest row.
+
+:class:`RunEngine` is the run actor's state machine, kept apart from the actor so the row logic reads
+top to bottom; the rows themselves (``seq``, the writes) go through :class:`~._runlog.RunLog`. The
+rules cited below are numbered as in ``docs/durability.md``. The row grammar, as the states the loop
+moves through (each row is written before the step it names, rule 1; rules in parentheses):
+
+======================  ==================  ===========  ================  ============================
+state                   node_id             step_type    status            from here
+======================  ==================  ===========  ================  ============================
+model call N            turn:N              llm_call     completed         tool X of turn N, or run_end
+tool X of turn N        turn:N/tool:X       tool_call    completed         next tool, or model call N+1
+tool X paused (rule 2)  turn:N/tool:X       hitl_pause   interrupted       rests; + pending row, one tx
+pause claimed (4, 9)    turn:N/tool:X       resume       completed         tool X again with the Resume
+crash recovery (5, 9)   re-entered node_id  recover      completed         the re-entered step
+fork                    fork_origin         fork_origin  completed         new model turn, or base step
+run ended (8, 11, 12)   run_end             run_end      completed/failed  rests (a failed end resumes)
+======================  ==================  ===========  ================  ============================
+
+``resume``, ``recover`` and ``fork_origin`` are bookkeeping rows: re-entry reads through them to the
+step they name. Every resume validates first, then appends its own row before anything else, so the
+unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause again after a claim
+(rule 7); the calls a pause left behind get the sibling note (rule 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+import msgspec
+
+from stores import (
+    COMPLETED,
+    FAILED,
+    FORK_ORIGIN,
+    HITL_PAUSE,
+    INTERRUPTED,
+    LLM_CALL,
+    RECOVER,
+    RESUME,
+    RUN_END,
+    TOOL_CALL,
+    AlreadyResumed,
+    Checkpoint,
+    RunExists,
+    WriteConflict,
+)
+
+from ..models import Message, ToolCall
+from ..models._types import Transcript
+from ._agent import Agent
+from ._context import bind_run
+from ._errors import MaxTurnsExceeded, ResumeRequired
+from ._interrupt import PauseSignal
+from ._messages import Resume
+from ._result import RunResult
+from ._runlog import RunLog
+
+__all__ = ["SIBLING_NOTE", "RunEngine"]
+
+#: What the model reads for a sibling tool call that a pause left behind (rule 6).
+SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
+#: How often a cancel re-reads the newest row when a step's write races it.
+_CANCEL_ATTEMPTS = 5
+
+
+class _Paused(Exception):
+    """Internal: the run paused at a tool; carries the result to report."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(result.execution_id)
+        self.result = result
+
+
+class RunEngine:
+    """Drives one activation of one run (a start, a fork, a resume, a recovery) against the store.
+
+    Every row it writes goes through ``rows``, the run's log (and ``seq`` allocator).
+    """
+
+    def __init__(self, *, agent: Agent, rows: RunLog) -> None:
+        self.rows = rows
+        self.store = rows.store
+        self.agent = agent
+        self.execution_id = rows.execution_id
+        self.path = agent.label
+        self._schemas = agent.tool_schemas()
+        # The newest conversation and turn, for the failed marker if an exception escapes a step.
+        self._transcript = Transcript()
+        self._turn = 0
+
+    # -- entry points -----------------------------------------------------------------------------
+
+    async def start(self, messages: Sequence[Message]) -> RunResult:
+        """A fresh run from ``messages`` (``seq`` 0 on a used id raises ``RunExists``)."""
+        self.rows.start_at(0)
+        return await self._drive(self._turns(Transcript(messages), 0))
+
+    async def fork(self, base: Checkpoint, appended: Message | None) -> RunResult:
+        """A new run from ``base`` (a step of another run): the ``fork_origin`` row, then re-entry.
+
+        With ``appended`` (the next user message) the fork starts a new model turn at the base's
+        turn; without, it re-enters the base step itself (a model turn re-issued or a tool re-run).
+        """
+        self.rows.start_at(0)
+        transcript = Transcript.from_dicts(base.state_snapshot.get("messages", []))
+        if appended is not None:
+            transcript.append(appended)
+        origin = self._row(
+            node_id=FORK_ORIGIN,
+            step_type=FORK_ORIGIN,
+            turn=base.step_index,
+            transcript=transcript,
+            extra={k: v for k, v in base.state_snapshot.items() if k not in ("messages", "turn")},
+            node_input={
+                "base_execution_id": base.execution_id,
+                "base_node_id": base.node_id,
+                "base_step_type": base.step_type,
+                "base_node_input": base.node_input,
+                "input_appended": appended is not None,
+            },
+            parent=base.checkpoint_id,
+        )
+        await self.rows.append(origin)
+        return await self._drive(self._reenter_fork(origin))
+
+    async def resume(self, resume: Resume | None) -> RunResult:
+        """Claim the pause with ``resume``, or recover from a crash when ``resume`` is None.
+
+        Validates first (reads the newest row, finds the tool) and only then appends (rule 9).
+        """
+        entry = await self.store.reentry(self.execution_id)
+        step = entry.step
+        self.rows.start_at(entry.newest.seq + 1)
+        if resume is not None:
+            if step.step_type != HITL_PAUSE or step.status != INTERRUPTED:
+                raise AlreadyResumed(
+                    f"run {self.execution_id!r} has no pending interrupt to claim: its newest step is "
+                    f"{step.node_id!r} ({step.step_type})"
+                )
+            self._check_tool(step)
+            claimed = resume.to_dict()
+            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed))
+            return await self._drive(self._reenter(step, claimed, after_pause=True))
+        decision = entry.resume
+        after_pause = decision is not None
+        if step.step_type == HITL_PAUSE and decision is None:
+            if await self.store.pending(self.execution_id):
+                raise ResumeRequired(self.execution_id, reason=step.interrupt_reason)
+            # A cancelled pause has no pending row: the tool runs again and may pause again (rule 7).
+        self._check_tool(step)
+        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision))
+        if step.step_type == FORK_ORIGIN:
+            return await self._drive(self._reenter_fork(step))
+        return await self._drive(self._reenter(step, decision, after_pause=after_pause))
+
+    async def cancel(self, reason: str) -> RunResult:
+        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11).
+
+        A step write racing the marker makes it re-read the newest row and try again.
+        """
+        for _ in range(_CANCEL_ATTEMPTS):
+            newest = await self.store.latest(self.execution_id)
+            if newest is None:
+                return RunResult(
+                    execution_id=self.execution_id, status="failed", error=f"cancelled: {reason}"
+                )
+            if newest.step_type == RUN_END and newest.status == COMPLETED:
+                raise AlreadyResumed(
+                    f"run {self.execution_id!r} already completed; there is nothing to cancel"
+                )
+            if newest.step_type == RUN_END:
+                # Already ended failed (e.g. the step in flight was cancelled and wrote the marker
+                # before this Cancel was handled): one marker is enough.
+                return RunResult(
+                    execution_id=self.execution_id,
+                    status="failed",
+                    error=newest.state_snapshot.get("run_error"),
+                )
+            self.rows.start_at(newest.seq + 1)
+            snapshot = newest.state_snapshot
+            self._transcript = Transcript.from_dicts(snapshot.get("messages", []))
+            self._turn = newest.step_index
+            try:
+                return await self._end(FAILED, error=f"cancelled: {reason}", reason=reason)
+            except WriteConflict:
+                continue
+        raise WriteConflict(f"run {self.execution_id!r} kept writing while being cancelled; try again")
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def _drive(self, steps: Awaitable[RunResult]) -> RunResult:
+        """Run the steps; an escaped exception writes the failed marker and ends the run (rule 12)."""
+        try:
+            return await steps
+        except _Paused as paused:
+            return paused.result
+        except (AlreadyResumed, RunExists):
+            raise  # a lost race or a used id: this writer stops and writes nothing more
+        except Exception as error:
+            return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
+
+    async def _turns(self, transcript: Transcript, turn: int) -> RunResult:
+        """Model turns from ``turn`` on: a row, the model call, then the reply's tool calls."""
+        while True:
+            self._transcript, self._turn = transcript, turn
+            if turn >= self.agent.max_turns:
+                raise MaxTurnsExceeded(
+                    self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
+                )
+            await self.rows.append(
+                self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
+            )
+            reply = await self.agent.model.complete(transcript.messages, self._schemas)
+            transcript.append(reply.to_message())
+            if not reply.tool_calls:
+                return await self._end(COMPLETED, output=reply.text)
+            await self._tools(transcript, turn, reply.tool_calls, 0)
+            turn += 1
+
+    async def _tools(self, transcript: Transcript, turn: int, calls: Sequence[ToolCall], first: int) -> None:
+        """Dispatch ``calls[first:]`` in order, a row before each; a pause stops the run."""
+        for call in calls[first:]:
+            row = self._row(
+                node_id=f"turn:{turn}/tool:{call.name}",
+                step_type=TOOL_CALL,
+                turn=turn,
+                transcript=transcript,
+                extra={"tool_name": call.name, "tool_call_id": call.id},
+                node_input=call.arguments,
+                tool=call.name,
+            )
+            await self.rows.append(row)
+            transcript.append(await self._call_tool(row, call, None))
+
+    async def _call_tool(self, row: Checkpoint, call: ToolCall, decision: dict[str, Any] | None) -> Message:
+        """Run one tool with the run bound; a pause writes its two rows and stops the run."""
+        if not self.agent.has_tool(call.name):
+            return _tool_message(
+                call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
+            )
+        tool = self.agent.tool(call.name)
+        resume = Resume.from_dict(decision) if decision is not None else None
+        try:
+            with bind_run(
+                self.execution_id,
+                agent_path=row.agent_path,
+                store=self.store,
+                node_id=row.node_id,
+                resume=resume,
+            ):
+                outcome = await tool.invoke(call.arguments)
+        except PauseSignal as signal:
+            raise await self._pause(row, signal) from None
+        except BaseExceptionGroup as group:  # a tool's own task group wraps the signal
+            match, rest = group.split(PauseSignal)
+            if match is None or rest is not None:
+                raise
+            raise await self._pause(row, _first_signal(match)) from None
+        return _tool_message(call, outcome.content)
+
+    async def _pause(self, row: Checkpoint, signal: PauseSignal) -> _Paused:
+        """Write the interrupted row and the pending row (one transaction); the run stops there."""
+        pending = await self.rows.pause(row, signal.reason, signal.context)
+        return _Paused(RunResult(execution_id=self.execution_id, status="paused", pending=pending))
+
+    # -- re-entry ---------------------------------------------------------------------------------
+
+    async def _reenter(
+        self, step: Checkpoint, decision: dict[str, Any] | None, *, after_pause: bool
+    ) -> RunResult:
+        """Re-enter at ``step``: re-issue its model turn, or re-run its tool with the saved arguments.
+
+        After a pause, the sibling calls the pause left behind are answered with the note and not
+        run (rule 6); after a crash, the siblings that had not started run as the loop would have.
+        """
+        transcript = Transcript.from_dicts(step.state_snapshot.get("messages", []))
+        turn = step.step_index
+        self._transcript, self._turn = transcript, turn
+        if step.step_type not in (TOOL_CALL, HITL_PAUSE):
+            return await self._turns(transcript, turn)
+        calls = _calls_of(transcript, step)
+        call_id = step.state_snapshot.get("tool_call_id")
+        index = next((i for i, call in enumerate(calls) if call.id == call_id), None)
+        if index is None:
+            raise AlreadyResumed(
+                f"run {self.execution_id!r}: row {step.node_id!r} names no tool call to re-enter"
+            )
+        call = ToolCall(calls[index].name, dict(step.node_input), calls[index].id)
+        transcript.append(await self._call_tool(step, call, decision))
+        if after_pause:
+            transcript.extend(_tool_message(c, SIBLING_NOTE) for c in calls[index + 1 :])
+        else:
+            await self._tools(transcript, turn, calls, index + 1)
+        return await self._turns(transcript, turn + 1)
+
+    async def _reenter_fork(self, origin: Checkpoint) -> RunResult:
+        """Re-enter a fork's origin: a new model turn when input was appended, else its base step."""
+        base = origin.node_input
+        if base.get("input_appended") or base.get("base_step_type") not in (TOOL_CALL, HITL_PAUSE):
+            return await self._reenter(
+                msgspec.structs.replace(origin, step_type=LLM_CALL), None, after_pause=False
+            )
+        # The re-run tool writes (and binds) as the tool, like the base row did (rule 3); a pause it
+        # records is the fork's own row, with no parent in the base run.
+        tool = origin.state_snapshot.get("tool_name")
+        step = msgspec.structs.replace(
+            origin,
+            node_id=base["base_node_id"],
+            step_type=TOOL_CALL,
+            node_input=base["base_node_input"],
+            agent_path=f"{self.path}/tool:{tool}" if isinstance(tool, str) else origin.agent_path,
+            parent_checkpoint_id=None,
+        )
+        return await self._reenter(step, None, after_pause=False)
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    async def _end(
+        self, status: str, *, output: str | None = None, error: str | None = None, reason: str | None = None
+    ) -> RunResult:
+        """The ``run_end`` marker (only the root writes it), shielded so a cancel cannot lose it."""
+        extra: dict[str, Any] = {"run_status": status}
+        if output is not None:
+            extra["output"] = output
+        if error is not None:
+            extra["run_error"] = error
+        if reason is not None:
+            extra["run_reason"] = reason
+        row = self._row(
+            node_id=RUN_END, step_type=RUN_END, turn=self._turn + 1, transcript=self._transcript, extra=extra
+        )
+        row.status = status
+        await self.rows.end(row)
+        if status == FAILED:
+            return RunResult(execution_id=self.execution_id, status="failed", error=error)
+        return RunResult(execution_id=self.execution_id, status="completed", output=output)
+
+    def _row(
+        self,
+        *,
+        node_id: str,
+        step_type: str,
+        turn: int,
+        transcript: Transcript,
+        extra: dict[str, Any] | None = None,
+        node_input: dict[str, Any] | None = None,
+        tool: str | None = None,
+        parent: str | None = None,
+    ) -> Checkpoint:
+        """A step row of this agent: the transcript and turn as its snapshot, written as the tool
+        (``/tool:<name>``) when ``tool`` is given (rule 3)."""
+        snapshot: dict[str, Any] = {"messages": transcript.snapshot(), "turn": turn}
+        if extra:
+            snapshot.update(extra)
+        return self.rows.row(
+            node_id=node_id,
+            step_type=step_type,
+            step_index=turn,
+            snapshot=snapshot,
+            agent_path=f"{self.path}/tool:{tool}" if tool else self.path,
+            node_input=node_input,
+            parent=parent,
+        )
+
+    def _check_tool(self, step: Checkpoint) -> None:
+        """Refuse, before writing, a resume whose tool this runner lacks (``ToolNotFound``)."""
+        name = step.state_snapshot.get("tool_name")
+        if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
+            self.agent.tool(name, execution_id=self.execution_id)
+
+
+def _tool_message(call: ToolCall, content: str) -> Message:
+    return Message("tool", content, tool_call_id=call.id, name=call.name)
+
+
+def _calls_of(transcript: Transcript, step: Checkpoint) -> list[ToolCall]:
+    """The tool calls of the assistant message a tool row belongs to (the newest one with calls)."""
+    for message in reversed(transcript.messages):
+        if message.role == "assistant" and message.tool_calls:
+            return list(message.tool_calls)
+    raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} has no tool call to re-enter")
+
+
+def _first_signal(group: BaseExceptionGroup[PauseSignal]) -> PauseSignal:
+    for error in group.exceptions:
+        if isinstance(error, PauseSignal):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            return _first_signal(error)
+    raise AssertionError("split() returned a group without a PauseSignal")  # pragma: no cover

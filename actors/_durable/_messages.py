@@ -1,0 +1,123 @@
+"""The protocol of a run actor, in one module: :class:`Resume` and every message a run takes.
+
+The wire messages are ``msgspec`` tagged unions with stable tags (``spawn``, ``fork``, ``resume``,
+``recover``, ``cancel``), handled with ``match``. :class:`Resume`, :class:`Recover` and
+:class:`Cancel` are public (``system.send(execution_id, Cancel("..."))``). :class:`Request` carries
+one of them to the run actor with the :class:`Reply` slot its sender waits on (in-process only).
+
+This module does not postpone annotations on purpose: the public Structs report ``actors`` as their
+``__module__`` and msgspec resolves string annotations in that module, so here they are real types.
+"""
+
+from typing import Any
+
+import anyio
+import msgspec
+
+from stores import Checkpoint
+from stores import decode_json as decode
+from stores import encode_json as encode
+
+from .._core import Failable
+from ._result import RunResult
+
+__all__ = [
+    "Cancel",
+    "Recover",
+    "Reply",
+    "Request",
+    "Resume",
+    "ResumeRun",
+    "RunMessage",
+    "Spawn",
+    "SpawnFork",
+]
+
+
+class Resume(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A human's decision on a paused run: ``approved``, plus free-form JSON ``metadata``
+    (e.g. ``{"approver": "alice"}``). Unknown fields are refused: ``Resume(approved=True, data=1)``
+    raises ``TypeError``, and decoding a stored dict with unknown keys raises ``msgspec.ValidationError``.
+    """
+
+    approved: bool
+    metadata: dict[str, Any] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form stored in a ``resume`` row's ``node_input``; ``SerializationError`` if the
+        metadata is not JSON."""
+        return {"approved": self.approved, "metadata": decode(encode(self.metadata, path="$.metadata"))}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Resume":
+        """Read :meth:`to_dict`'s form back (strictly: types checked, unknown keys refused)."""
+        return msgspec.convert(data, cls)
+
+
+class Spawn(msgspec.Struct, tag="spawn", frozen=True):
+    """Start a fresh run from ``messages`` (their JSON forms)."""
+
+    messages: list[dict[str, Any]]
+
+
+class SpawnFork(msgspec.Struct, tag="fork", frozen=True):
+    """Start a fork from ``base`` (a step of another run), with an optional next user message."""
+
+    base: Checkpoint
+    appended: dict[str, Any] | None = None
+
+
+class ResumeRun(msgspec.Struct, tag="resume", frozen=True):
+    """Claim the run's pause with ``resume``."""
+
+    resume: Resume
+
+
+class Recover(msgspec.Struct, tag="recover", frozen=True):
+    """Crash recovery: re-enter the run at its newest row (a paused run needs a ``Resume`` instead)."""
+
+
+class Cancel(msgspec.Struct, tag="cancel", frozen=True):
+    """End the run with a failed ``run_end`` marker (reason ``cancelled`` by default)."""
+
+    reason: str = "cancelled"
+
+
+RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel
+"""Every message a run actor takes (a tagged union: decode with ``msgspec.json.decode(..., type=RunMessage)``)."""
+
+
+class Reply:
+    """Where the outcome of one message to a run lands; ``RunRef.result()`` waits on it.
+
+    ``started`` is set once the run is owned and its first row is down (or the message was refused),
+    so ``spawn`` can raise ``RunExists`` itself.
+    """
+
+    __slots__ = ("done", "error", "result", "started")
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.done = anyio.Event()
+        self.result: RunResult | None = None
+        self.error: BaseException | None = None
+
+    def settle(self, result: RunResult | None, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self.started.set()
+        self.done.set()
+
+
+class Request(Failable):
+    """A message for a run actor and the reply slot of whoever sent it (in-process only)."""
+
+    __slots__ = ("message", "reply")
+
+    def __init__(self, message: RunMessage, reply: Reply) -> None:
+        self.message = message
+        self.reply = reply
+
+    def fail(self, error: BaseException) -> None:
+        """Settle the reply with ``error`` (waiters on ``started`` and ``done`` wake), if unsettled."""
+        if not self.reply.done.is_set():
+            self.reply.settle(None, error)

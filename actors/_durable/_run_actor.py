@@ -1,0 +1,134 @@
+"""The run actor: one actor per ``execution_id``, advanced by the messages in its mailbox.
+
+Its messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
+:class:`~actors.Resume` sent to a run claims its pause. Each message that activates the run first
+takes the run's ownership lock, a lock the operating system or the database frees when the owning
+process dies, and releases it when the run pauses, ends or fails. After each message the actor
+passivates itself (``ActorContext.passivate()``): the next message activates it again from the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from stores import AlreadyResumed, RunExists, Store
+
+from .._core import Actor, ActorContext, ActorStopped
+from ..models import Message
+from ._engine import RunEngine
+from ._messages import Cancel, Recover, Request, ResumeRun, RunMessage, Spawn, SpawnFork
+from ._result import RunResult
+from ._runlog import RunLog, StepLog
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["RunActor"]
+
+#: Bound on releasing the ownership lock after an activation (shielded).
+_UNLOCK_TIMEOUT = 5.0
+
+
+class RunActor(Actor):
+    """The supervised actor of one run. Never restarted automatically (rule 12 of
+    ``docs/durability.md``): recovery is explicit."""
+
+    def __init__(self, *, store: Store, agent: Agent, execution_id: str, live: dict[str, RunActor]) -> None:
+        self.store = store
+        self._live = live
+        self.agent = agent
+        self.execution_id = execution_id
+        self._log = StepLog(execution_id=execution_id, runner=agent.name)
+        self._scope: anyio.CancelScope | None = None
+        self._cancel_reason: str | None = None
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        self._live[self.execution_id] = self
+
+    async def on_stop(self, ctx: ActorContext) -> None:
+        if self._live.get(self.execution_id) is self:
+            del self._live[self.execution_id]
+
+    @property
+    def busy(self) -> bool:
+        """Whether a start, resume or recovery of the run is in flight in this actor."""
+        return self._scope is not None
+
+    def cancel_current(self, reason: str) -> bool:
+        """Cancel the step in flight, if any; the run then writes its failed marker. Returns whether
+        a step was in flight."""
+        if self._scope is None:
+            return False
+        self._cancel_reason = reason
+        self._scope.cancel()
+        return True
+
+    async def receive(self, ctx: ActorContext, message: Any) -> None:
+        if not isinstance(message, Request):
+            raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
+        reply = message.reply
+        try:
+            result = await self._handle(message)
+        except anyio.get_cancelled_exc_class():
+            stopped = ActorStopped(
+                f"the actor of run {self.execution_id!r} stopped before the run paused or ended; "
+                "the run stays recoverable: resume it"
+            )
+            reply.settle(None, stopped)
+            raise
+        except Exception as error:
+            reply.settle(None, error)
+        else:
+            reply.settle(result, None)
+        ctx.passivate()
+
+    async def _handle(self, request: Request) -> RunResult:
+        rows = RunLog(
+            self.store,
+            self.execution_id,
+            runner=self.agent.name,
+            log=self._log,
+            on_first_row=request.reply.started.set,
+        )
+        engine = RunEngine(agent=self.agent, rows=rows)
+        message: RunMessage = request.message
+        match message:
+            case Cancel(reason=reason):
+                # No lock: the marker takes the next seq, and a live owner elsewhere then loses its
+                # next write (WriteConflict) and stops. The log is the lock.
+                return await engine.cancel(reason)
+            case Spawn(messages=messages):
+                start = [Message.from_dict(m) for m in messages]
+                return await self._owned(engine, lambda: engine.start(start), refuse=RunExists)
+            case SpawnFork(base=base, appended=appended):
+                extra = Message.from_dict(appended) if appended is not None else None
+                return await self._owned(engine, lambda: engine.fork(base, extra), refuse=RunExists)
+            case ResumeRun(resume=resume):
+                return await self._owned(engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
+            case Recover():
+                return await self._owned(engine, lambda: engine.resume(None), refuse=AlreadyResumed)
+        raise TypeError(f"unknown run message {message!r}")  # pragma: no cover
+
+    async def _owned(
+        self, engine: RunEngine, operation: Callable[[], Awaitable[RunResult]], *, refuse: type[Exception]
+    ) -> RunResult:
+        """Run ``operation`` holding the run's ownership lock; a cancel of it writes the failed marker."""
+        if not await self.store.try_lock(self.execution_id):
+            raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+        try:
+            self._cancel_reason = None
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                result = await operation()
+            self._scope = None
+            if scope.cancelled_caught:
+                return await engine.cancel(self._cancel_reason or "cancelled")
+            return result
+        finally:
+            self._scope = None
+            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+                await self.store.unlock(self.execution_id)

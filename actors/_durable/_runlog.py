@@ -1,0 +1,193 @@
+"""The rows half of a run: the ``seq`` allocator and the writes (append, pause, claim, run_end).
+
+A :class:`RunLog` belongs to one activation of one run and is shared by every writer of that run in
+this process, so all of them draw ``seq`` from one allocator ("the log is the lock" in
+``docs/durability.md``): the unique ``(execution_id, seq)`` key makes a stale writer lose with
+``WriteConflict``. It builds rows from what a writer hands it and knows nothing of agents, models
+or transcripts, so the agent engine and the topologies write through the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from stores import (
+    HITL_PAUSE,
+    INTERRUPTED,
+    REENTRY_SEQ,
+    RESUME_KEY,
+    Checkpoint,
+    PendingInterrupt,
+    Store,
+    new_id,
+    utcnow,
+)
+
+from .._core import LOGGER, tether_logger
+
+__all__ = ["MARKER_TIMEOUT", "RunLog", "StepLog"]
+
+#: Bound on writing the run_end marker after a cancel or a failure (shielded).
+MARKER_TIMEOUT = 10.0
+
+
+class StepLog:
+    """One INFO event per row written (``execution_id``, ``agent_path``, ``node_id``), built only
+    when the ``"tether"`` logger has INFO enabled."""
+
+    __slots__ = ("_bindings", "_logger")
+
+    def __init__(self, **bindings: object) -> None:
+        self._bindings = bindings
+        self._logger: Any = None
+
+    def step(self, row: Checkpoint) -> None:
+        """Log that ``row`` was written (an INFO event named after its ``step_type``)."""
+        if not LOGGER.isEnabledFor(logging.INFO):
+            return
+        if self._logger is None:
+            self._logger = tether_logger(**self._bindings)
+        self._logger.info(
+            row.step_type,
+            execution_id=row.execution_id,
+            agent_path=row.agent_path,
+            node_id=row.node_id,
+            seq=row.seq,
+            status=row.status,
+        )
+
+
+class RunLog:
+    """The rows of one activation of one run: the next ``seq`` and the four kinds of write.
+
+    ``on_first_row`` is called once, after the first row this activation appended (``spawn`` waits on
+    it to know the run owns its id).
+    """
+
+    __slots__ = ("_next_seq", "_on_first_row", "execution_id", "log", "runner", "store")
+
+    def __init__(
+        self,
+        store: Store,
+        execution_id: str,
+        *,
+        runner: str,
+        log: StepLog,
+        on_first_row: Callable[[], object] | None = None,
+    ) -> None:
+        self.store = store
+        self.execution_id = execution_id
+        self.runner = runner
+        self.log = log
+        self._next_seq = 0
+        self._on_first_row = on_first_row
+
+    # -- seq ----------------------------------------------------------------------------------------
+
+    def start_at(self, seq: int) -> None:
+        """The next row takes ``seq`` (0 for a new run, the newest row's ``seq + 1`` on re-entry)."""
+        self._next_seq = seq
+
+    def take_seq(self) -> int:
+        """Hand out the next ``seq``."""
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    # -- building rows ------------------------------------------------------------------------------
+
+    def row(
+        self,
+        *,
+        node_id: str,
+        step_type: str,
+        step_index: int,
+        snapshot: dict[str, Any],
+        agent_path: str,
+        node_input: dict[str, Any] | None = None,
+        parent: str | None = None,
+    ) -> Checkpoint:
+        """A step row at the next ``seq``."""
+        return Checkpoint(
+            execution_id=self.execution_id,
+            seq=self.take_seq(),
+            runner=self.runner,
+            node_id=node_id,
+            step_index=step_index,
+            step_type=step_type,
+            state_snapshot=snapshot,
+            node_input=node_input if node_input is not None else {},
+            agent_path=agent_path,
+            parent_checkpoint_id=parent,
+        )
+
+    def bookkeeping(self, step_type: str, step: Checkpoint, decision: dict[str, Any] | None) -> Checkpoint:
+        """A ``resume`` or ``recover`` row naming the step it re-enters (and the decision, if any)."""
+        node_input: dict[str, Any] = {REENTRY_SEQ: step.seq}
+        if decision is not None:
+            node_input[RESUME_KEY] = decision
+        return Checkpoint(
+            execution_id=self.execution_id,
+            seq=self.take_seq(),
+            runner=self.runner,
+            node_id=step.node_id,
+            step_index=step.step_index,
+            step_type=step_type,
+            node_input=node_input,
+            agent_path=step.agent_path,
+        )
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken)."""
+        await self.store.append(row)
+        self.log.step(row)
+        if self._on_first_row is not None:
+            notify, self._on_first_row = self._on_first_row, None
+            notify()
+
+    async def claim(self, row: Checkpoint) -> None:
+        """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
+        for every claimer but one)."""
+        await self.store.claim(row)
+        self.log.step(row)
+
+    async def pause(self, row: Checkpoint, reason: str, context: dict[str, Any]) -> PendingInterrupt:
+        """Write the ``hitl_pause`` row of the step ``row`` and its pending row in one transaction."""
+        pause = msgspec.structs.replace(
+            row,
+            seq=self.take_seq(),
+            step_type=HITL_PAUSE,
+            status=INTERRUPTED,
+            interrupt_reason=reason,
+            interrupt_context=context,
+            checkpoint_id=new_id(),
+            created_at=utcnow(),
+        )
+        pending = PendingInterrupt(
+            execution_id=self.execution_id,
+            reason=reason,
+            context=context,
+            node_id=row.node_id,
+            agent_path=row.agent_path,
+            created_at=pause.created_at,
+        )
+        await self.store.append_pause(pause, pending)
+        self.log.step(pause)
+        return pending
+
+    async def end(self, row: Checkpoint) -> None:
+        """Append the ``run_end`` marker ``row``, shielded so a cancel cannot lose it and bounded by
+        :data:`MARKER_TIMEOUT` (``TimeoutError`` if the write did not finish in time)."""
+        # ``fail_after(shield=True)`` without its two generator layers: a shielded scope, then the
+        # same TimeoutError if the deadline cut the write short.
+        with anyio.CancelScope(deadline=anyio.current_time() + MARKER_TIMEOUT, shield=True) as scope:
+            await self.append(row)
+        if scope.cancelled_caught:
+            raise TimeoutError

@@ -1,0 +1,241 @@
+"""Durable runs on an :class:`~actors.ActorSystem`: spawn, send, resume, fork, cancel, and reads.
+
+Each run is a virtual actor keyed by its ``execution_id``: a message for a run with no actor in
+this process activates one from the store, with the runner named in the run's rows. :class:`Runs`
+is given what it needs (the actor runtime, a store provider, the runners); it never sees the
+``ActorSystem`` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+
+from stores import (
+    COMPLETED,
+    INTERRUPTED,
+    RUN_END,
+    AlreadyResumed,
+    Checkpoint,
+    PendingInterrupt,
+    RunExists,
+    RunNotFound,
+    Store,
+    new_id,
+)
+
+from ..models import Message
+from ._agent import Agent, Runner
+from ._errors import RunnerNotFound
+from ._messages import Cancel, Recover, Reply, Request, Resume, ResumeRun, RunMessage, Spawn, SpawnFork
+from ._result import RunResult
+from ._run_actor import RunActor
+
+if TYPE_CHECKING:
+    from .._core import ActorRuntime
+
+__all__ = ["RunRef", "Runs"]
+
+
+class RunRef:
+    """A handle on one run: send it messages, wait for how it stands."""
+
+    __slots__ = ("_reply", "_runs", "execution_id")
+
+    def __init__(self, runs: Runs, execution_id: str, reply: Reply | None = None) -> None:
+        self._runs = runs
+        self.execution_id = execution_id
+        self._reply = reply
+
+    def __repr__(self) -> str:
+        return f"<RunRef {self.execution_id}>"
+
+    async def send(self, message: Resume | Recover | Cancel) -> RunRef:
+        """Deliver ``message`` to the run (see :meth:`ActorSystem.send`); returns a ref for its outcome."""
+        return await self._runs.send(self.execution_id, message)
+
+    async def result(self, *, timeout: float | None = None) -> RunResult:
+        """Wait until the run pauses, completes or fails, and say how it stands.
+
+        Refusals (a lost claim, a finished run, a used id) are raised here. ``timeout`` bounds the
+        wait (``TimeoutError``); without one the wait is as long as the run's steps (a model call,
+        a tool), which is the caller's choice. A ref with no message in flight reads the store.
+        """
+        if self._reply is None:
+            return await self._runs.status(self.execution_id)
+        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            await self._reply.done.wait()
+        if self._reply.error is not None:
+            raise self._reply.error
+        assert self._reply.result is not None
+        return self._reply.result
+
+
+class Runs:
+    """The durable-run half of an :class:`ActorSystem` (it delegates here).
+
+    ``runtime`` hosts the run actors (keyed by ``execution_id``); ``store`` returns the store, opening
+    it on first use; ``runners`` are the runners this process can resume by name.
+    """
+
+    def __init__(
+        self, runtime: ActorRuntime, store: Callable[[], Awaitable[Store]], runners: Iterable[Runner]
+    ) -> None:
+        self._runtime = runtime
+        self._store = store
+        self._live: dict[str, RunActor] = {}
+        self._runners: dict[str, Agent] = {}
+        for runner in runners:
+            self._register(runner)
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def spawn(
+        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+    ) -> RunRef:
+        """Start a durable run; raises ``RunExists`` when ``execution_id`` already has rows."""
+        self._register(runner)
+        run_id = execution_id if execution_id is not None else new_id()
+        messages: list[Message] = []
+        if runner.instructions:
+            messages.append(Message("system", runner.instructions))
+        if isinstance(input, str):
+            messages.append(Message("user", input))
+        else:
+            messages.extend(input)
+        if self._runtime.lookup(run_id) is not None:
+            raise RunExists(f"run {run_id!r} is already live in this process")
+        store = await self._store()
+        reply = await self._deliver(store, runner, run_id, Spawn([m.to_dict() for m in messages]))
+        return await self._started(run_id, reply)
+
+    async def send(self, execution_id: str, message: Resume | Recover | Cancel) -> RunRef:
+        """Deliver ``message`` to the run, activating its actor from the store if needed.
+
+        Raises ``RunNotFound`` for a run with no rows and ``RunnerNotFound`` when no runner of the
+        stored name was given to this system; other refusals surface from ``RunRef.result()``.
+        """
+        run_message: RunMessage
+        match message:
+            case Resume():
+                run_message = ResumeRun(message)
+            case Recover() | Cancel():
+                run_message = message
+            case _:
+                raise TypeError(f"a run takes a Resume, Recover or Cancel, not {type(message).__name__}")
+        store = await self._store()
+        newest = await store.latest(execution_id)
+        if newest is None:
+            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+        runner = self._runner(newest.runner, execution_id)
+        live = self._live.get(execution_id)
+        if live is not None and live.busy and not isinstance(run_message, Cancel):
+            # One live owner: a resume of a run that is running here is refused before it runs anything.
+            refused = Reply()
+            refused.settle(None, AlreadyResumed(f"run {execution_id!r} is running in this process"))
+            return RunRef(self, execution_id, refused)
+        if isinstance(run_message, Cancel) and live is not None:
+            # A step in flight is cancelled at once and writes the marker; this Cancel queues behind
+            # it and finds the run already failed.
+            live.cancel_current(run_message.reason)
+        reply = await self._deliver(store, runner, execution_id, run_message)
+        return RunRef(self, execution_id, reply)
+
+    async def resume(
+        self, execution_id: str, resume: Resume | None = None, *, timeout: float | None = None
+    ) -> RunResult:
+        """Send and wait: claim the pause with ``resume``, or recover from a crash without one."""
+        ref = await self.send(execution_id, resume if resume is not None else Recover())
+        return await ref.result(timeout=timeout)
+
+    async def fork(
+        self, execution_id: str, *, checkpoint_id: str | None = None, input: str | None = None
+    ) -> RunRef:
+        """A new run from a checkpoint of ``execution_id`` (default: its newest step)."""
+        store = await self._store()
+        base = await store.forkable(execution_id, checkpoint_id)
+        runner = self._runner(base.runner, execution_id)
+        appended = Message("user", input).to_dict() if input is not None else None
+        run_id = new_id()
+        reply = await self._deliver(store, runner, run_id, SpawnFork(base, appended))
+        return await self._started(run_id, reply)
+
+    async def cancel(self, execution_id: str, reason: str = "cancelled") -> RunResult:
+        """End the run with a failed marker (reason ``reason``); a paused run loses its pending row."""
+        ref = await self.send(execution_id, Cancel(reason))
+        return await ref.result()
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row of the run in ``seq`` order; ``RunNotFound`` for an unknown run."""
+        rows = await (await self._store()).history(execution_id)
+        if not rows:
+            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+        return rows
+
+    async def pending(self) -> list[PendingInterrupt]:
+        """Every paused run's pending interrupt, newest first."""
+        return await (await self._store()).pending()
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete rows older than ``older_than`` by rule 10 of ``docs/durability.md``; returns rows deleted."""
+        return await (await self._store()).prune(older_than)
+
+    async def status(self, execution_id: str) -> RunResult:
+        """How the run stands according to its newest row (for a ref with nothing in flight)."""
+        store = await self._store()
+        newest = await store.latest(execution_id)
+        if newest is None:
+            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+        snapshot = newest.state_snapshot
+        if newest.step_type == RUN_END:
+            if newest.status == COMPLETED:
+                return RunResult(execution_id=execution_id, status="completed", output=snapshot.get("output"))
+            return RunResult(execution_id=execution_id, status="failed", error=snapshot.get("run_error"))
+        if newest.status == INTERRUPTED:
+            pending = await store.pending(execution_id)
+            return RunResult(
+                execution_id=execution_id, status="paused", pending=pending[0] if pending else None
+            )
+        raise RunNotFound(
+            f"run {execution_id!r} has not paused or ended: it is running or crashed at {newest.node_id!r}"
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _register(self, runner: object) -> None:
+        if not isinstance(runner, Agent):
+            raise TypeError(f"a runner is an Agent, not {type(runner).__name__}")
+        known = self._runners.get(runner.name)
+        if known is not None and known is not runner:
+            raise ValueError(f"two different runners are named {runner.name!r}")
+        self._runners[runner.name] = runner
+
+    def _runner(self, name: str, execution_id: str) -> Agent:
+        runner = self._runners.get(name)
+        if runner is None:
+            raise RunnerNotFound(name, execution_id=execution_id)
+        return runner
+
+    async def _deliver(self, store: Store, runner: Agent, execution_id: str, message: RunMessage) -> Reply:
+        reply = Reply()
+
+        def activate() -> RunActor:
+            return RunActor(store=store, agent=runner, execution_id=execution_id, live=self._live)
+
+        await self._runtime.deliver(
+            execution_id, activate, Request(message, reply), bindings={"execution_id": execution_id}
+        )
+        return reply
+
+    async def _started(self, execution_id: str, reply: Reply) -> RunRef:
+        """Wait until the new run owns its id and wrote its first row (bounded by that one write)."""
+        await reply.started.wait()
+        if reply.error is not None and reply.done.is_set():
+            raise reply.error
+        return RunRef(self, execution_id, reply)

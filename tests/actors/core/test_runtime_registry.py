@@ -1,0 +1,144 @@
+"""The registry keyed by id: one activation per id under concurrency, exit clean-up, passivation."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from actors import Actor, ActorContext, ActorCrashed, ActorSystem
+
+
+class Tally(Actor):
+    """Counts activations and messages per key into shared counters."""
+
+    def __init__(self, key: str, activations: Counter[str], seen: Counter[str]) -> None:
+        self.key = key
+        self.activations = activations
+        self.seen = seen
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        await anyio.sleep(0.01)  # a slow activation widens the race window
+        self.activations[self.key] += 1
+
+    async def receive(self, ctx: ActorContext, message: Any) -> Any:
+        if message != "flush":
+            self.seen[self.key] += 1
+        if random.random() < 0.1:
+            await anyio.lowlevel.checkpoint()
+        return self.seen[self.key]
+
+
+@pytest.mark.anyio
+async def test_concurrent_first_messages_share_one_activation() -> None:
+    activations: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    with anyio.fail_after(10):
+        async with ActorSystem() as system:
+            runtime = system.runtime
+
+            async def first_message(i: int) -> None:
+                key = f"run-{i % 100}"
+                await runtime.deliver(key, lambda: Tally(key, activations, seen), i)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(1000):
+                    tg.start_soon(first_message, i)
+            assert sum(activations.values()) == 100
+            assert set(activations.values()) == {1}
+            assert len(runtime.registry) == 100
+            ref = await runtime.get_or_activate("run-7", lambda: Tally("run-7", activations, seen))
+            assert await ref.ask("count", timeout=1) == 11
+            await ref.stop()
+            assert "run-7" not in runtime.registry  # the entry disappears when the actor exits
+            assert runtime.registry.lookup("run-7") is None
+        assert len(runtime.registry) == 0
+
+
+@pytest.mark.anyio
+async def test_failed_activation_is_shared_and_not_cached() -> None:
+    class Broken(Actor):
+        async def on_start(self, ctx: ActorContext) -> None:
+            await anyio.sleep(0.01)
+            raise RuntimeError("no")
+
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            runtime = system.runtime
+            errors: list[BaseException] = []
+
+            async def activate() -> None:
+                try:
+                    await runtime.get_or_activate("k", Broken)
+                except ActorCrashed as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(10):
+                    tg.start_soon(activate)
+            assert len(errors) == 10
+            assert "k" not in runtime.registry
+
+
+@pytest.mark.anyio
+async def test_passivation_and_reactivation_lose_no_message() -> None:
+    activations: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    with anyio.fail_after(20):
+        async with ActorSystem() as system:
+            runtime = system.runtime
+
+            async def producer(p: int) -> None:
+                rng = random.Random(p)
+                for _ in range(150):
+                    key = f"k{rng.randrange(5)}"
+                    await runtime.deliver(key, lambda key=key: Tally(key, activations, seen), "m")  # type: ignore[misc]
+                    sent[key] += 1
+                    if rng.random() < 0.2:
+                        await anyio.sleep(rng.random() * 0.01)
+
+            async def passivator() -> None:
+                rng = random.Random(99)
+                while True:
+                    runtime.passivate(f"k{rng.randrange(5)}")
+                    await anyio.sleep(rng.random() * 0.005)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(passivator)
+                async with anyio.create_task_group() as producers:
+                    for p in range(8):
+                        producers.start_soon(producer, p)
+                tg.cancel_scope.cancel()
+            for key in list(sent):  # an ask queues behind every earlier message of its key
+                ref = await runtime.get_or_activate(key, lambda key=key: Tally(key, activations, seen))  # type: ignore[misc]
+                await ref.ask("flush", timeout=5)
+        assert sent == seen
+        assert sum(sent.values()) == 8 * 150
+        assert sum(activations.values()) > 5  # keys really were passivated and reactivated
+
+
+@pytest.mark.anyio
+async def test_idle_actors_passivate_and_reactivate() -> None:
+    activations: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            runtime = system.runtime
+
+            def factory() -> Tally:
+                return Tally("idle", activations, seen)
+
+            ref = await runtime.deliver("idle", factory, "a", idle_timeout=0.05)
+            assert await ref.ask("b", timeout=1) == 2
+            while ref.alive:  # noqa: ASYNC110 (bounded by fail_after)
+                await anyio.sleep(0.01)
+            assert "idle" not in runtime.registry
+            ref2 = await runtime.deliver("idle", factory, "c", idle_timeout=0.05)
+            assert ref2 is not ref
+            assert await ref2.ask("d", timeout=1) == 4
+            assert activations["idle"] == 2

@@ -1,0 +1,179 @@
+"""A run request that its actor never handles still answers: it fails with ``ActorStopped``.
+
+When a run actor's mailbox closes (``ref.stop()``, the system shutting down) the requests still
+queued in it are failed, so ``spawn`` (waiting on ``reply.started``) and ``RunRef.result()`` (waiting
+on ``reply.done``) wake with the error instead of waiting for ever. A message delivered to an actor
+that no longer accepts gets ``ActorStopped`` from the delivery itself. Every test is time-bounded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
+from actors._durable._messages import Reply, Request
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import SQLiteStore, Store
+
+pytestmark = pytest.mark.anyio
+
+#: Bound on one test's body (seconds); a hang fails instead of stalling the suite.
+LIMIT = 20.0
+#: Bound on a wait that the fix makes prompt (it hangs without the fix).
+BOUND = 2.0
+
+
+@asynccontextmanager
+async def opened(path: Path) -> AsyncIterator[Store]:
+    """A fresh SQLite store at ``path``, set up, closed afterwards."""
+    store = SQLiteStore(str(path))
+    await store.setup()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def blocking_agent() -> tuple[Agent, anyio.Event]:
+    """An agent whose tool signals ``entered`` and then waits until it is cancelled."""
+    entered, release = anyio.Event(), anyio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Wait until cancelled."""
+        entered.set()
+        await release.wait()  # never set: the test cancels the run or stops its actor
+        return "released"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return "answer"
+        return ModelReply(tool_calls=[ToolCall("wait", {})])
+
+    return Agent("blocker", FunctionModel(model), tools=[wait]), entered
+
+
+def no_activation() -> Actor:
+    raise AssertionError("the run's actor is live: the delivery must not activate another one")
+
+
+async def test_a_request_queued_behind_a_busy_run_fails_when_its_actor_stops(sqlite_path: Path) -> None:
+    agent, entered = blocking_agent()
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
+            run = await system.spawn(agent, "go")
+            await entered.wait()
+            actor = system.runtime.registry.lookup(run.execution_id)
+            assert actor is not None
+            queued = Reply()
+            await system.runtime.deliver(run.execution_id, no_activation, Request(Recover(), queued))
+            assert actor.inspect().queued == 1
+
+            await actor.stop(timeout=0.1)
+            with anyio.fail_after(BOUND):
+                await queued.done.wait()
+            assert queued.started.is_set()
+            assert isinstance(queued.error, ActorStopped) and queued.result is None
+            # The request in flight was stopped too; the run stays recoverable.
+            with pytest.raises(ActorStopped, match="stays recoverable"):
+                await run.result(timeout=BOUND)
+
+
+async def test_a_cancel_queued_behind_a_running_step_fails_when_the_system_shuts_down(
+    sqlite_path: Path,
+) -> None:
+    agent, entered = blocking_agent()
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store:
+            async with ActorSystem(store, runners=[agent]) as system:
+                run = await system.spawn(agent, "go")
+                await entered.wait()
+                # The step in flight is cancelled at once; the Cancel queues behind it. Leaving the
+                # block stops the actor before it takes the queued Cancel.
+                cancel = await system.send(run.execution_id, Cancel("operator"))
+            with anyio.fail_after(BOUND), pytest.raises(ActorStopped, match="before handling"):
+                await cancel.result()
+            cancelled = await run.result(timeout=BOUND)
+            assert cancelled.status == "failed" and cancelled.error is not None
+            assert "operator" in cancelled.error
+
+
+async def test_spawns_racing_the_system_shutdown_return_or_raise_promptly(sqlite_path: Path) -> None:
+    """Spawns started while the system block is left: each raises ``ActorStopped`` or returns a ref
+    whose result is settled; none waits for a reply that will never come.
+
+    The block is left after 0..7 scheduler turns so that some spawns hit each window: refused before
+    activation, queued in a mailbox that closes, or handled before the stop.
+    """
+    agent = Agent("quick", FunctionModel(lambda messages: "done"))
+    outcomes: list[str] = []
+
+    async def attempt(system: ActorSystem) -> None:
+        try:
+            with anyio.fail_after(BOUND):
+                try:
+                    ref = await system.spawn(agent, "hi")
+                except ActorStopped:
+                    outcomes.append("refused")
+                    return
+                try:
+                    outcomes.append((await ref.result()).status)
+                except ActorStopped:
+                    outcomes.append("stopped")
+        except TimeoutError:
+            outcomes.append("hung")
+
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store:
+            for turns in range(8):
+                async with anyio.create_task_group() as tg:
+                    async with ActorSystem(store, runners=[agent]) as system:
+                        for _ in range(5):
+                            tg.start_soon(attempt, system)
+                        for _ in range(turns):
+                            await anyio.lowlevel.checkpoint()
+    counts = Counter(outcomes)
+    assert sum(counts.values()) == 40
+    assert "hung" not in counts, counts
+    assert set(counts) <= {"refused", "stopped", "completed"}, counts
+
+
+async def test_a_delivery_to_an_actor_that_stopped_accepting_raises_actor_stopped() -> None:
+    """During shutdown the actor closes its mailbox, then runs ``on_stop``: a delivery in between
+    waits for the exit (bounded by ``on_stop``) and raises ``ActorStopped``, as the system is closing."""
+    stopping = anyio.Event()
+
+    class SlowStop(Actor):
+        async def receive(self, ctx: ActorContext, message: object) -> None:
+            pass
+
+        async def on_stop(self, ctx: ActorContext) -> None:
+            stopping.set()
+            await anyio.sleep(0.2)  # bounded by the actor's stop_timeout
+
+    outcomes: list[str] = []
+
+    async def late_delivery(system: ActorSystem) -> None:
+        await stopping.wait()
+        with anyio.fail_after(BOUND):
+            try:
+                await system.runtime.deliver("k", SlowStop, "hello")
+            except ActorStopped:
+                outcomes.append("stopped")
+            else:
+                outcomes.append("delivered")
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            async with ActorSystem() as system:
+                actor = await system.runtime.get_or_activate("k", SlowStop)
+                tg.start_soon(late_delivery, system)
+            assert not actor.alive
+    assert outcomes == ["stopped"]
