@@ -11,7 +11,6 @@ from ._supervision import ChildSpec, Restart, Supervision
 if TYPE_CHECKING:
     import structlog
 
-    from .._system import ActorSystem
     from ._cell import Cell
     from ._ref import ActorRef
 
@@ -60,7 +59,9 @@ class ActorContext:
         return self._cell.id
 
     @property
-    def system(self) -> ActorSystem:
+    def system(self) -> Any:
+        """The ``ActorSystem`` this actor runs in (typed loosely: the runtime does not know the
+        façade built on it)."""
         return self._cell.runtime.system
 
     @property

@@ -25,7 +25,6 @@ from ._supervision import ChildSpec, Supervision, SupervisionNode
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from .._system import ActorSystem
     from ._actor import Actor
     from ._ref import ActorRef
 
@@ -39,7 +38,7 @@ class ActorRuntime:
 
     def __init__(
         self,
-        system: ActorSystem,
+        system: object,
         *,
         supervision: Supervision | None = None,
         shutdown_timeout: float = 3.0,

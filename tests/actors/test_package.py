@@ -157,9 +157,10 @@ def test_the_package_ships_py_typed() -> None:
 
 
 def test_public_names_report_the_public_module() -> None:
-    for name in actors.__all__:
-        obj = getattr(actors, name)
-        assert obj.__module__ == "actors", f"actors.{name}.__module__ is {obj.__module__!r}"
+    for face in (actors, actors.models):
+        for name in face.__all__:
+            obj = getattr(face, name)
+            assert obj.__module__ == face.__name__, f"{face.__name__}.{name}.__module__ is {obj.__module__!r}"
     assert actors.AlreadyResumed.__module__ == "actors"
     assert f"{actors.Agent.__module__}.{actors.Agent.__qualname__}" == "actors.Agent"
 

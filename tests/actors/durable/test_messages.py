@@ -6,17 +6,39 @@ fail if a public Struct's module postponed its annotations and ``actors`` lacks 
 
 from __future__ import annotations
 
+import typing
+
 import msgspec
 import pytest
 
 from actors import ActorInfo, Cancel, Recover, Resume, RunResult
 from actors._durable._messages import ResumeRun, RunMessage, Spawn, SpawnFork
+from actors.models import Message, ModelReply, ToolCall
 from stores import Checkpoint, PendingInterrupt
 
 
 def test_public_structs_report_actors() -> None:
     for cls in (Resume, Recover, Cancel, RunResult, ActorInfo):
         assert cls.__module__ == "actors"
+    for cls in (Message, ModelReply, ToolCall):
+        assert cls.__module__ == "actors.models"
+
+
+def test_renamed_structs_still_resolve_their_annotations() -> None:
+    """``typing.get_type_hints`` and msgspec's schema read annotations through ``__module__``."""
+    assert typing.get_type_hints(RunResult)["pending"] == PendingInterrupt | None
+    assert typing.get_type_hints(ToolCall)["arguments"] == dict[str, typing.Any]
+    schema = msgspec.json.schema(Message)
+    assert set(schema["$defs"]) == {"Message", "ToolCall"}
+    assert "pending" in msgspec.json.schema(RunResult)["$defs"]["RunResult"]["properties"]
+
+
+def test_model_messages_round_trip() -> None:
+    message = Message("assistant", "hi", tool_calls=[ToolCall("refund", {"order": "1"}, "call_1")])
+    assert msgspec.json.decode(msgspec.json.encode(message), type=Message) == message
+    assert msgspec.convert({"role": "user", "content": "x"}, Message) == Message("user", "x")
+    reply = ModelReply(text="done")
+    assert msgspec.json.decode(msgspec.json.encode(reply), type=ModelReply) == reply
 
 
 @pytest.mark.parametrize(
