@@ -16,7 +16,7 @@ Contenders:
   the driver, one one-hop transaction per row (aiosqlite autocommit ``INSERT`` on one connection;
   asyncpg autocommit ``INSERT`` on a dedicated connection, a pool of 20 when concurrent).
 * tether: ``ActorSystem.spawn(...)`` then ``RunRef.result()`` on ``SQLiteStore`` / ``PostgresStore``.
-* with ``--peers`` (install ``.[bench]``; see the README): FastAIAgent 1.94 untraced
+* with ``--peers`` (install ``.[bench]``; see benchmarks/README.md): FastAIAgent 1.94 untraced
   (``FASTAIAGENT_TRACE_ENABLED=false``; ``SQLiteCheckpointer`` / ``PostgresCheckpointer``), LangGraph
   1.2 (a ``StateGraph`` with a model node and a ``ToolNode``; ``AsyncSqliteSaver`` /
   ``AsyncPostgresSaver`` on a pool, ``durability="sync"``) and DBOS 3.4 (a workflow with two model
