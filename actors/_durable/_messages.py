@@ -4,9 +4,6 @@ The wire messages are ``msgspec`` tagged unions with stable tags (``spawn``, ``f
 ``recover``, ``cancel``), handled with ``match``. :class:`Resume`, :class:`Recover` and
 :class:`Cancel` are public (``system.send(execution_id, Cancel("..."))``). :class:`Request` carries
 one of them to the run actor with the :class:`Reply` slot its sender waits on (in-process only).
-
-This module does not postpone annotations on purpose: the public Structs report ``actors`` as their
-``__module__`` and msgspec resolves string annotations in that module, so here they are real types.
 """
 
 from typing import Any

@@ -1,8 +1,4 @@
-"""``RunResult``: how a run stands when ``RunRef.result()`` returns.
-
-Annotations are not postponed here: ``RunResult`` reports ``actors`` as its ``__module__``, where
-msgspec would look up string annotations.
-"""
+"""``RunResult``: how a run stands when ``RunRef.result()`` returns."""
 
 from typing import Literal
 
