@@ -1,14 +1,24 @@
 """tether's durable row log: the row model, errors, the async store protocol and its backends.
 
-``SQLiteStore`` (aiosqlite, the embedded default) and ``PostgresStore`` (asyncpg, for a fleet) pass
-one conformance suite, :mod:`stores.testing`, that a third-party store can run too.
+Layout. What every backend shares lives once, in private modules at this level: the row model
+(``_model``), the JSON rule (``_json``), ``agent_path``/``node_id`` (``_paths``), rows to columns
+(``_codec``), the re-entry walk (``_reentry``), the prune rule (``_prune``), the refusals
+(``_errors``) and the base class with the re-plan loop (``_base``); the protocol is ``_protocol``.
+``sqlite/`` and ``postgres/`` hold only a backend's SQL, writer and locks; asyncpg is imported
+when ``PostgresStore`` is first used. :func:`open_store` opens either from a URL.
+``SQLiteStore`` (the embedded default) and ``PostgresStore`` (for a fleet) pass one conformance
+suite, :mod:`stores.testing`, that a third-party store can run too.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     AlreadyResumed,
     CheckpointError,
     IdempotencyError,
     IncompatibleSchema,
+    InvalidPath,
+    InvalidStoreURL,
     RowTooLarge,
     RunExists,
     RunNotFound,
@@ -22,6 +32,7 @@ from ._json import canonical_json
 from ._json import decode as decode_json
 from ._json import encode as encode_json
 from ._json import normalize as normalize_json
+from ._meta import fixup_module_metadata as _fixup_module_metadata
 from ._model import (
     BOOKKEEPING_STEPS,
     COMPLETED,
@@ -45,9 +56,24 @@ from ._model import (
     new_id,
     utcnow,
 )
-from ._postgres import PostgresStore
+from ._paths import (
+    PATH_KINDS,
+    NodeId,
+    child_path,
+    conversation_of,
+    handoff_node,
+    parse_node_id,
+    parse_path,
+    tool_node,
+    tool_path,
+    turn_node,
+)
 from ._protocol import ReplicatedStore, Store
-from ._sqlite import SQLiteStore
+from ._url import open_store
+from .sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
 
 __all__ = [
     "BOOKKEEPING_STEPS",
@@ -58,6 +84,7 @@ __all__ = [
     "HITL_PAUSE",
     "INTERRUPTED",
     "LLM_CALL",
+    "PATH_KINDS",
     "RECOVER",
     "REENTRY_SEQ",
     "RESUME",
@@ -71,6 +98,9 @@ __all__ = [
     "CheckpointError",
     "IdempotencyError",
     "IncompatibleSchema",
+    "InvalidPath",
+    "InvalidStoreURL",
+    "NodeId",
     "PendingInterrupt",
     "PostgresStore",
     "ReEntry",
@@ -86,9 +116,36 @@ __all__ = [
     "TetherError",
     "WriteConflict",
     "canonical_json",
+    "child_path",
+    "conversation_of",
     "decode_json",
     "encode_json",
+    "handoff_node",
     "new_id",
     "normalize_json",
+    "open_store",
+    "parse_node_id",
+    "parse_path",
+    "tool_node",
+    "tool_path",
+    "turn_node",
     "utcnow",
 ]
+
+_LAZY = frozenset({"PostgresStore"})
+_fixup_module_metadata(__name__, globals(), [name for name in __all__ if name not in _LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresStore`` is imported on first use, so ``import stores`` does not import asyncpg."""
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        _fixup_module_metadata(__name__, {name: PostgresStore}, [name])
+        globals()[name] = PostgresStore
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -26,13 +26,13 @@ import msgspec
 from ._errors import RowTooLarge, SerializationError, StoreError
 from ._json import decode, encode
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
+from ._paths import conversation_of
 
 __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
     "LogAppend",
     "MessageLogs",
     "StoredRow",
-    "conversation_of",
     "decode_row",
     "encode_cache_value",
     "encode_pending",
@@ -99,18 +99,6 @@ class _Log:
     def __init__(self, log_id: str, messages: list[Any]) -> None:
         self.log_id = log_id
         self.messages = messages
-
-
-def conversation_of(agent_path: str | None) -> str:
-    """The conversation a row belongs to: its agent path without a trailing ``/tool:<name>``."""
-    if not agent_path:
-        return ""
-    head, sep, tail = agent_path.rpartition("/")
-    if sep and tail.startswith("tool:"):
-        return head
-    if not sep and tail.startswith("tool:"):
-        return ""
-    return agent_path
 
 
 class MessageLogs:

@@ -1,6 +1,7 @@
-"""Error types shared by every package of tether.
+"""Error types shared by every package of tether, and the store refusals built from them.
 
 They live in ``stores`` because it is the bottom of the dependency chain; ``actors`` re-exports them.
+Each refusal a store makes has one constructor here, so every backend words it the same way.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ __all__ = [
     "CheckpointError",
     "IdempotencyError",
     "IncompatibleSchema",
+    "InvalidPath",
+    "InvalidStoreURL",
     "RowTooLarge",
     "RunExists",
     "RunNotFound",
@@ -71,3 +74,99 @@ class StoreUnavailable(StoreError):
 
 class IncompatibleSchema(StoreError):
     """The database was written by a newer schema version than this tether understands."""
+
+
+class InvalidPath(TetherError, ValueError):
+    """An ``agent_path`` or ``node_id`` that is not in the row grammar (docs/durability.md)."""
+
+
+class InvalidStoreURL(StoreError, ValueError):
+    """A store URL that :func:`stores.open_store` cannot read: an unknown scheme, or a malformed URL."""
+
+
+# -- refusals: one wording for each, shared by every backend ------------------------------------
+
+
+def run_exists(execution_id: str) -> RunExists:
+    """``seq`` 0 was appended to a run that already has rows."""
+    return RunExists(
+        f"run {execution_id!r} already has checkpoints (seq 0 starts a new run only): pick another "
+        "execution_id, or fork or resume the existing run"
+    )
+
+
+def no_checkpoints(execution_id: str) -> RunNotFound:
+    """The run has no rows at all."""
+    return RunNotFound(f"run {execution_id!r} has no checkpoints")
+
+
+def no_checkpoint(execution_id: str, checkpoint_id: str) -> RunNotFound:
+    """The run has no row with this id."""
+    return RunNotFound(f"run {execution_id!r} has no checkpoint {checkpoint_id!r}")
+
+
+def no_step(execution_id: str) -> RunNotFound:
+    """The run's rows are all markers and bookkeeping: nothing to re-enter."""
+    return RunNotFound(f"run {execution_id!r} has no step to re-enter (only markers and bookkeeping rows)")
+
+
+def already_finished(execution_id: str) -> AlreadyResumed:
+    """A resume of a run whose newest row is a completed ``run_end`` (rule 8 of docs/durability.md)."""
+    return AlreadyResumed(
+        f"run {execution_id!r} already finished (completed): there is nothing to resume; "
+        "fork it to branch under a new id"
+    )
+
+
+def marker_not_step(execution_id: str, checkpoint_id: str) -> CheckpointError:
+    """A fork from the ``run_end`` marker itself (rule 8 of docs/durability.md)."""
+    return CheckpointError(
+        f"checkpoint {checkpoint_id!r} of run {execution_id!r} is the run-end marker, not a step "
+        "of the run; fork from a step (or omit checkpoint_id for the newest step)"
+    )
+
+
+def no_pause(execution_id: str) -> AlreadyResumed:
+    """A claim found no pending row: another resumer won it, or the run is not paused."""
+    return AlreadyResumed(
+        f"run {execution_id!r} has no pending interrupt to claim: another resumer claimed it, "
+        "or the run is not paused"
+    )
+
+
+def pending_exists(execution_id: str) -> WriteConflict:
+    """A second pause of a run that already has a pending row."""
+    return WriteConflict(f"run {execution_id!r} already has a pending interrupt")
+
+
+def seq_taken(execution_id: str, seq: int, node_id: str) -> WriteConflict:
+    """The row's ``seq`` is taken: a stale writer lost the race."""
+    return WriteConflict(
+        f"seq {seq} of run {execution_id!r} is already taken (writing {node_id!r}): a stale writer lost"
+    )
+
+
+def checkpoint_id_taken(execution_id: str, checkpoint_id: str) -> WriteConflict:
+    """The row's ``checkpoint_id`` is taken."""
+    return WriteConflict(f"checkpoint id {checkpoint_id!r} is already taken (run {execution_id!r})")
+
+
+def log_kept_changing(execution_id: str, node_id: str) -> WriteConflict:
+    """The run's message log moved under every re-plan of the write."""
+    return WriteConflict(
+        f"the message log of run {execution_id!r} kept changing while writing {node_id!r}: "
+        "another writer is appending to this run"
+    )
+
+
+def store_closed(store: object) -> StoreUnavailable:
+    """A call on a store after :meth:`close`."""
+    return StoreUnavailable(f"{store!r} is closed")
+
+
+def newer_schema(where: str, found: int, understood: int) -> IncompatibleSchema:
+    """The database was written by a newer schema version than this code."""
+    return IncompatibleSchema(
+        f"{where} was written by tether schema version {found}; this tether understands up to "
+        f"version {understood}: upgrade tether"
+    )

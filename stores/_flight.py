@@ -1,8 +1,8 @@
 """One claim per pause per process: racing claimers of one process wait for the first one.
 
-Rule 4 (exactly one of many racing resumers wins) rests on the database. This only spares the
-losers in one process the database work of finding out: while a claim of a run is in flight, a
-second claim of that run (from any store instance on the same database) waits for its outcome. If
+Rule 4 of docs/durability.md (exactly one of many racing resumers wins) rests on the database.
+This only spares the losers in one process the database work of finding out: while a claim of a
+run is in flight, a second claim of that run (from any store instance on the same database) waits for its outcome. If
 the first won, the second lost: it raises what the database would have said (``AlreadyResumed``)
 without a statement. If the first failed, the second makes its own attempt.
 """

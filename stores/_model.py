@@ -1,6 +1,9 @@
-"""The rows a run writes: :class:`Checkpoint` and :class:`PendingInterrupt`, and the row grammar's names."""
+"""The rows a run writes: :class:`Checkpoint` and :class:`PendingInterrupt`, and the row grammar's names.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: ``stores`` reports these Structs as ``stores.Checkpoint``
+(``__module__`` is rewritten), and msgspec resolves string annotations in the module ``__module__``
+names; evaluated annotations need no resolving.
+"""
 
 import os
 import time
@@ -19,7 +22,7 @@ __all__ = [
     "utcnow",
 ]
 
-# step_type values of the row grammar (DESIGN.md, "The row grammar").
+# step_type values of the row grammar (docs/durability.md, "The row grammar").
 LLM_CALL: Final = "llm_call"
 TOOL_CALL: Final = "tool_call"
 HITL_PAUSE: Final = "hitl_pause"

@@ -70,7 +70,7 @@ class Store(Protocol):
         """Delete a run's rows, messages, pending row and cache in one transaction; returns rows deleted."""
 
     async def prune(self, older_than: timedelta) -> int:
-        """Delete what is older than the cutoff (rule 10 of the design); returns checkpoint rows deleted."""
+        """Delete what is older than the cutoff (rule 10 of docs/durability.md); returns checkpoint rows deleted."""
 
     async def cache_get(self, execution_id: str, key: str) -> Cached | None:
         """The idempotency cache entry for ``(execution_id, key)``, if any."""

@@ -5,10 +5,10 @@ Shared by every backend so that they agree: the backend supplies two reads, this
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
-from ._errors import AlreadyResumed, CheckpointError, RunNotFound
+from ._errors import already_finished, marker_not_step, no_checkpoint, no_checkpoints, no_step
 from ._model import (
     BOOKKEEPING_STEPS,
     COMPLETED,
@@ -19,9 +19,26 @@ from ._model import (
     ReEntry,
 )
 
-__all__ = ["resolve_forkable", "resolve_reentry"]
+__all__ = ["RowAt", "resolve_forkable", "resolve_reentry", "run_sync"]
 
+T = TypeVar("T")
+#: Reads one row of the run by ``seq`` (the row at it, or the newest row below it).
 RowAt = Callable[[int], Awaitable[Checkpoint | None]]
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Drive a walk whose row readers never suspend (their awaits are plain functions) to its result.
+
+    This is how a backend that reads on a database thread, or from rows already in memory, runs
+    the same walk as one that awaits a round trip per row.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    coro.close()
+    raise RuntimeError("a store read suspended inside a synchronous re-entry walk")
 
 
 async def resolve_reentry(
@@ -32,12 +49,9 @@ async def resolve_reentry(
     ``row_at(seq)`` reads the row at ``seq``; ``row_before(seq)`` the newest row below ``seq``.
     """
     if newest is None:
-        raise RunNotFound(f"run {execution_id!r} has no checkpoints")
+        raise no_checkpoints(execution_id)
     if newest.step_type == RUN_END and newest.status == COMPLETED:
-        raise AlreadyResumed(
-            f"run {execution_id!r} already finished (completed): there is nothing to resume; "
-            "fork it to branch under a new id"
-        )
+        raise already_finished(execution_id)
     step, resume = await _read_through(execution_id, newest, row_at, row_before)
     return ReEntry(step=step, newest=newest, resume=resume)
 
@@ -53,15 +67,12 @@ async def resolve_forkable(
     """The step a fork starts from: ``named`` when a ``checkpoint_id`` was given, else the newest step."""
     if checkpoint_id is not None:
         if named is None:
-            raise RunNotFound(f"run {execution_id!r} has no checkpoint {checkpoint_id!r}")
+            raise no_checkpoint(execution_id, checkpoint_id)
         if named.step_type == RUN_END:
-            raise CheckpointError(
-                f"checkpoint {checkpoint_id!r} of run {execution_id!r} is the run-end marker, not a step "
-                "of the run; fork from a step (or omit checkpoint_id for the newest step)"
-            )
+            raise marker_not_step(execution_id, checkpoint_id)
         start = named
     elif newest is None:
-        raise RunNotFound(f"run {execution_id!r} has no checkpoints")
+        raise no_checkpoints(execution_id)
     else:
         start = newest
     step, _ = await _read_through(execution_id, start, row_at, row_before)
@@ -87,4 +98,4 @@ async def _read_through(
             current = await row_at(target)
         else:
             current = await row_before(current.seq)
-    raise RunNotFound(f"run {execution_id!r} has no step to re-enter (only markers and bookkeeping rows)")
+    raise no_step(execution_id)

@@ -33,7 +33,7 @@ from stores import (
     StoreUnavailable,
     WriteConflict,
 )
-from stores._postgres import SCHEMA_VERSION
+from stores.postgres._schema import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -207,7 +207,7 @@ async def test_two_processes_migrate_the_same_fresh_schema(schema: str) -> None:
 
 async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: str) -> None:
     """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
-    from stores._postgres import _MIGRATIONS
+    from stores.postgres._schema import MIGRATIONS as _MIGRATIONS
 
     version, ddl = _MIGRATIONS[0]
     assert version == 1

@@ -357,7 +357,9 @@ async def test_outbox_round_trip(tmp_path: Path) -> None:
 
 async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Path) -> None:
     """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
-    from stores._sqlite import _MIGRATIONS, SCHEMA_VERSION, _ts
+    from stores.sqlite._rows import ts as _ts
+    from stores.sqlite._schema import MIGRATIONS as _MIGRATIONS
+    from stores.sqlite._schema import SCHEMA_VERSION
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
@@ -404,7 +406,7 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
 
 async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path) -> None:
     """Schema 3 replaces the partial index of unsynced rows by a mark: the same rows stay to send."""
-    from stores._sqlite import _MIGRATIONS
+    from stores.sqlite._schema import MIGRATIONS as _MIGRATIONS
 
     path = tmp_path / "v2.db"
     async with SQLiteStore(path) as store:

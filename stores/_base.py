@@ -1,0 +1,102 @@
+"""What both store backends share that is not I/O: one class, the backends override its hooks.
+
+:class:`BaseStore` holds the store's state (:class:`StoreState`), its memory of the message logs
+(:class:`~stores._codec.MessageLogs`) and the write loop every backend runs: plan the row on the
+event loop (so :class:`SerializationError` and :class:`RowTooLarge` come before any I/O), hand it
+to the backend's write, and when the backend finds that the log in the database is not what the
+plan assumed (:class:`LogMoved`: another store appended to the run), forget the run's log and plan
+again, at most :data:`REPLAN_BUDGET` times. The refusals both backends raise are built in
+:mod:`stores._errors`, the prune rule is :mod:`stores._prune`, the re-entry walk :mod:`stores._reentry`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Final, Self, TypeVar
+
+from ._codec import LogAppend, MessageLogs, StoredRow
+from ._errors import log_kept_changing, store_closed
+from ._model import Checkpoint
+
+__all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState"]
+
+T = TypeVar("T")
+
+#: How many plans one write may try before it gives up with ``WriteConflict``. One stale memory
+#: of a log costs one re-plan (the next plan reloads or starts a new log); a third attempt covers
+#: another writer appending once more in between.
+REPLAN_BUDGET: Final = 3
+
+#: A row planned for storage: its columns and the messages it adds to its log.
+Plan = tuple[StoredRow, LogAppend | None]
+
+
+class StoreState(enum.Enum):
+    """Where a store is in its life: not yet set up, usable, or closed for good."""
+
+    NEW = "new"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+class LogMoved(Exception):
+    """The message log in the database is not what the plan assumed; the write is planned again."""
+
+
+class BaseStore:
+    """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
+
+    Hooks a backend overrides: :meth:`setup`, :meth:`close`, and :meth:`_recall` (load a
+    continuing run's log before planning, when the backend does that).
+    """
+
+    def __init__(self, *, max_row_bytes: int) -> None:
+        self._logs = MessageLogs(max_row_bytes=max_row_bytes)
+        self._state = StoreState.NEW
+
+    async def setup(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _refuse_closed(self) -> None:
+        """Raise ``StoreUnavailable`` if the store is closed."""
+        if self._state is StoreState.CLOSED:
+            raise store_closed(self)
+
+    async def _recall(self, row: Checkpoint) -> None:
+        """Load what the row's log holds into memory before planning (a backend hook; default none)."""
+
+    async def _planned(
+        self, row: Checkpoint, attempt: Callable[[Plan], Awaitable[T]], plan: Plan | None = None
+    ) -> T:
+        """Plan ``row`` (unless ``plan`` is the first plan, made already) and run ``attempt`` on it.
+
+        ``attempt`` raises :class:`LogMoved` when the database's log is not the planned one; the
+        run's memory is then dropped and the row planned again, within :data:`REPLAN_BUDGET`. Any
+        other failure also drops the memory (a failed write may have left it ahead of the database).
+        """
+        eid = row.execution_id
+        try:
+            for _ in range(REPLAN_BUDGET):
+                if plan is None:
+                    await self._recall(row)
+                    plan = self._logs.plan(row)
+                try:
+                    return await attempt(plan)
+                except LogMoved:
+                    self._logs.forget(eid)
+                    plan = None
+        except BaseException:
+            self._logs.forget(eid)
+            raise
+        raise log_kept_changing(eid, row.node_id)

@@ -1,0 +1,207 @@
+"""Group commit for PostgreSQL appends: concurrent appends of many runs, one statement, one commit.
+
+Each caller still gets its own outcome; a row the multi-row statement refused is retried alone,
+through the single-row statement and the re-plan loop, for its exact error. A caller that finds
+fewer than ``max_flushers`` batches in flight writes the queue itself; the others wait and are
+handed the lead when a flusher finishes. A lone appender writes its row at once. Flushers keep
+their pool connection between flushes (at most one each), so an append costs no pool
+acquire/release (asyncpg's release alone schedules a task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Final
+
+import anyio
+import anyio.lowlevel
+import asyncpg
+
+from .._base import Plan
+from .._codec import MessageLogs
+from .._errors import StoreUnavailable
+from .._model import Checkpoint
+from ._rows import args, usable
+from ._sql import COLUMN_COUNT
+
+__all__ = ["GroupAppends", "Queued"]
+
+_MAX_BATCH: Final = 256
+_CLOSE_TIMEOUT: Final = 5.0
+
+
+class Queued:
+    """One caller's append waiting in the group-commit queue."""
+
+    __slots__ = ("done", "error", "lead", "plan", "row", "wake")
+
+    def __init__(self, row: Checkpoint, plan: Plan) -> None:
+        self.row = row
+        self.plan = plan
+        self.lead = False
+        self.error: Exception | None = None
+        self.wake = anyio.Event()  # set when done, or when handed the lead
+        self.done = anyio.Event()
+
+    def finish(self, error: Exception | None) -> None:
+        self.error = error
+        self.done.set()
+        self.wake.set()
+
+
+def _batch_args(batch: Sequence[Queued]) -> list[list[Any]]:
+    """Column arrays for the ``batch`` statement: the arguments of each row's single statement."""
+    columns: list[list[Any]] = [[] for _ in range(COLUMN_COUNT)]
+    for item in batch:
+        for column, value in zip(columns, args(item.plan), strict=True):
+            column.append(value)
+    return columns
+
+
+class GroupAppends:
+    """The append half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
+
+    _logs: MessageLogs
+    _pool: asyncpg.Pool | None
+    _sql: dict[str, str]
+    _connect_timeout: float
+    _queue: list[Queued]
+    _flushers: int
+    _max_flushers: int
+    _writers: list[asyncpg.pool.PoolConnectionProxy]
+
+    async def _ready(self) -> asyncpg.Pool:
+        raise NotImplementedError
+
+    def _lost(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    async def _write_planned(
+        self,
+        kind: str,
+        row: Checkpoint,
+        plan: Plan | None,
+        extra: tuple[Any, ...],
+        via: asyncpg.pool.PoolConnectionProxy | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
+        item = Queued(row, self._logs.plan(row))
+        try:
+            pool = await self._ready()
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+        self._queue.append(item)
+        if self._flushers < self._max_flushers:
+            self._flushers += 1
+            item.lead = True
+        else:
+            try:
+                await item.wake.wait()
+            except BaseException:
+                self._abandon(item)
+                raise
+        if item.lead:
+            try:
+                await self._flush_until(pool, item)
+            finally:
+                self._flushers -= 1
+                self._hand_off()
+        if item.error is not None:
+            raise item.error
+
+    async def _flush_until(self, pool: asyncpg.Pool, item: Queued) -> None:
+        """Write queued batches until ``item`` is done (it may be in another flusher's batch)."""
+        # Under load (another flusher busy, or rows already queued), let appenders that are ready to
+        # run queue their rows first, so they share this commit. A lone appender writes at once.
+        if self._flushers > 1 or len(self._queue) > 1:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        writer: asyncpg.pool.PoolConnectionProxy | None = None
+        broken = False
+        try:
+            while not item.done.is_set():
+                if not self._queue:
+                    await item.done.wait()
+                    return
+                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+                with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
+                    if writer is None:
+                        writer = self._idle_writer() or await self._take_writer(pool)
+                    broken = await self._flush(writer, batch) or broken
+        finally:
+            if writer is not None:
+                await self._give_back(pool, writer, broken)
+
+    def _idle_writer(self) -> asyncpg.pool.PoolConnectionProxy | None:
+        """A kept writer connection that is still usable, if any."""
+        while self._writers:
+            writer = self._writers.pop()
+            if usable(writer):
+                return writer
+        return None
+
+    async def _take_writer(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
+        with self._lost():
+            conn: asyncpg.pool.PoolConnectionProxy = await pool.acquire(timeout=self._connect_timeout)
+        return conn
+
+    async def _give_back(
+        self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy, broken: bool
+    ) -> None:
+        """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool."""
+        if not broken and self._pool is pool and usable(writer):
+            self._writers.append(writer)
+            return
+        if broken:
+            with contextlib.suppress(asyncpg.InterfaceError):  # already taken back by the pool
+                writer.terminate()  # its protocol state is unknown: never reuse it
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+            await pool.release(writer)  # a no-op for a connection the pool already took back
+
+    async def _flush(self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[Queued]) -> bool:
+        """Write ``batch`` on ``writer``, finishing each item; ``True`` if the connection was lost."""
+        written: set[str] = set()
+        broken = False
+        if len(batch) > 1:
+            try:
+                with self._lost():
+                    recs = await writer.fetch(self._sql["batch"], *_batch_args(batch))
+                written = {rec[0] for rec in recs}
+            except (asyncpg.PostgresError, StoreUnavailable):
+                written = set()  # e.g. two stale writers of one log in the batch: go one by one
+        for item in batch:
+            if item.row.checkpoint_id in written:
+                item.finish(None)
+                continue
+            try:  # refused (or a batch of one): the single statement gives the exact outcome
+                await self._write_planned("append", item.row, item.plan, (), via=writer)
+                item.finish(None)
+            except Exception as exc:
+                broken = broken or isinstance(exc, StoreUnavailable)
+                item.finish(exc)
+        return broken
+
+    def _hand_off(self) -> None:
+        """Give a free flusher slot to the oldest waiting appender."""
+        for waiting in self._queue:
+            if self._flushers >= self._max_flushers:
+                return
+            if not waiting.lead:
+                waiting.lead = True
+                self._flushers += 1
+                waiting.wake.set()
+                return
+
+    def _abandon(self, item: Queued) -> None:
+        """A waiting appender was cancelled: drop its row if not yet taken, pass on its lead."""
+        if item in self._queue:
+            self._queue.remove(item)
+        self._logs.forget(item.row.execution_id)
+        if item.lead:  # the slot reserved for it was never used
+            self._flushers -= 1
+            self._hand_off()

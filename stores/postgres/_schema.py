@@ -1,0 +1,119 @@
+"""The PostgreSQL schema: versioned, additive migrations recorded in ``<schema>.schema_version``.
+
+Never edit a shipped entry of :data:`MIGRATIONS`; add a new one. :func:`migrate` runs the missing
+ones in one transaction under a per-schema advisory lock, so processes racing it are safe.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import asyncpg
+
+from .._errors import newer_schema
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+#: The newest schema version this code writes; a database at a higher version is refused.
+SCHEMA_VERSION: Final = 2
+
+# Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
+# entry; add a new one.
+MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+CREATE TABLE {s}.checkpoints (
+    id bigserial PRIMARY KEY,
+    checkpoint_id text NOT NULL CONSTRAINT checkpoints_checkpoint_id_key UNIQUE,
+    execution_id text NOT NULL,
+    seq bigint NOT NULL,
+    runner text NOT NULL,
+    node_id text NOT NULL,
+    step_index bigint NOT NULL,
+    step_type text NOT NULL,
+    status text NOT NULL,
+    state_snapshot json NOT NULL,
+    log_id text,
+    message_count integer NOT NULL DEFAULT 0,
+    node_input json NOT NULL,
+    node_output json NOT NULL,
+    interrupt_reason text,
+    interrupt_context json NOT NULL,
+    agent_path text,
+    parent_checkpoint_id text,
+    created_at timestamptz NOT NULL,
+    synced boolean NOT NULL DEFAULT false,
+    sync_error text,
+    CONSTRAINT checkpoints_run_seq_key UNIQUE (execution_id, seq)
+);
+CREATE INDEX checkpoints_unsynced_idx ON {s}.checkpoints (id) WHERE NOT synced;
+CREATE INDEX checkpoints_created_idx ON {s}.checkpoints (created_at);
+CREATE TABLE {s}.messages (
+    execution_id text NOT NULL,
+    log_id text NOT NULL,
+    idx integer NOT NULL,
+    body json NOT NULL,
+    CONSTRAINT messages_pkey PRIMARY KEY (execution_id, log_id, idx)
+);
+CREATE TABLE {s}.pending_interrupts (
+    id bigserial NOT NULL,
+    execution_id text NOT NULL CONSTRAINT pending_interrupts_pkey PRIMARY KEY,
+    reason text NOT NULL,
+    context json NOT NULL,
+    node_id text NOT NULL,
+    agent_path text,
+    created_at timestamptz NOT NULL
+);
+CREATE TABLE {s}.idempotency_cache (
+    execution_id text NOT NULL,
+    key text NOT NULL,
+    value json NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (execution_id, key)
+);
+CREATE INDEX idempotency_cache_created_idx ON {s}.idempotency_cache (created_at);
+""",
+    ),
+    (
+        2,
+        # Each row carries the messages it added: bodies[prev:count] of its log, prev being the
+        # largest count of the log's earlier rows (stores._codec.rechunk, done by the server here).
+        """
+ALTER TABLE {s}.checkpoints ADD COLUMN new_messages json;
+UPDATE {s}.checkpoints c SET new_messages = x.chunk
+FROM (
+    SELECT r.id, (SELECT json_agg(m.body ORDER BY m.idx) FROM {s}.messages m
+                  WHERE m.execution_id = r.execution_id AND m.log_id = r.log_id
+                    AND m.idx >= r.prev AND m.idx < r.message_count) AS chunk
+    FROM (SELECT id, execution_id, log_id, message_count,
+                 coalesce(max(message_count) OVER (PARTITION BY execution_id, log_id ORDER BY seq
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS prev
+          FROM {s}.checkpoints WHERE log_id IS NOT NULL) r
+    WHERE r.message_count > r.prev
+) x
+WHERE c.id = x.id AND x.chunk IS NOT NULL;
+DROP TABLE {s}.messages;
+""",
+    ),
+)
+
+
+async def migrate(conn: asyncpg.pool.PoolConnectionProxy, schema: str, lock_key: int) -> None:
+    """Run the missing migrations of ``schema`` in one transaction, under the advisory lock ``lock_key``."""
+    quoted = f'"{schema}"'
+    async with conn.transaction():
+        # The lock comes first: CREATE SCHEMA IF NOT EXISTS itself races otherwise.
+        await conn.execute(
+            f"SELECT pg_advisory_xact_lock({lock_key}); "
+            f"CREATE SCHEMA IF NOT EXISTS {quoted}; "
+            f"CREATE TABLE IF NOT EXISTS {quoted}.schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        found = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {quoted}.schema_version")
+        if found > SCHEMA_VERSION:
+            raise newer_schema(f"schema {schema!r}", found, SCHEMA_VERSION)
+        for version, ddl in MIGRATIONS:
+            if version > found:
+                await conn.execute(ddl.replace("{s}", quoted))
+                await conn.execute(f"INSERT INTO {quoted}.schema_version (version) VALUES ($1)", version)

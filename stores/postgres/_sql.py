@@ -1,0 +1,189 @@
+"""The statements of the PostgreSQL store, with ``{s}`` for the quoted schema (:func:`statements`).
+
+Every write is ONE statement: it inserts the row (with the messages it adds, see ``stores._codec``)
+and, as a data-modifying CTE where needed, inserts the pending row (pause) or deletes it (claim,
+``run_end``). The log guard (``_GUARD``) is the database half of the re-plan loop of
+:class:`stores._base.BaseStore`: a row whose planned message log is not the stored one inserts
+nothing, and the store plans it again.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .._model import BOOKKEEPING_STEPS, RUN_END
+
+__all__ = ["COLUMN_COUNT", "statements"]
+
+_COLS: Final = (
+    "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
+    "log_id, message_count, node_input, node_output, interrupt_reason, interrupt_context, agent_path, "
+    "parent_checkpoint_id, created_at"
+)
+_C_COLS: Final = ", ".join(f"c.{c.strip()}" for c in _COLS.split(","))
+_VALUES: Final = ", ".join(f"${i}" for i in range(1, 20))
+# $19 the messages the row adds (a json array, or NULL). $20..$21: how many messages its log must
+# hold (the count of the log's newest row that added some): exactly the row's start when it adds
+# messages, at least its count when it adds none; $21 = 0 checks nothing (no log, or a new one).
+_GUARD: Final = (
+    "($21::integer = 0 OR coalesce((SELECT g.message_count FROM {s}.checkpoints g "
+    "WHERE g.execution_id = $2 AND g.log_id = $10 AND g.new_messages IS NOT NULL "
+    "ORDER BY g.seq DESC LIMIT 1), 0) BETWEEN $20::integer AND $21::integer)"
+)
+# A log's chunks as one JSON value, [[message_count, [messages...]], ...] in seq order.
+_FULL_LOG: Final = (
+    "(SELECT json_agg(json_build_array(l.message_count, l.new_messages) ORDER BY l.seq) "
+    "FROM {s}.checkpoints l WHERE l.execution_id = c.execution_id AND l.log_id = c.log_id "
+    "AND l.new_messages IS NOT NULL)"
+)
+# The full log rides on only the newest row using it (one copy per log, one round trip).
+_LOG_ONCE: Final = (
+    "CASE WHEN c.log_id IS NOT NULL AND row_number() OVER "
+    "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
+)
+_PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+
+_SQL: Final[dict[str, str]] = {
+    "append": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+      AND {_GUARD}
+    RETURNING execution_id, step_type
+),
+p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
+SELECT count(*) FROM r""",
+    # "append" for the common row (seq > 0, not run_end): a plain insert, without the seq-0 guard
+    # (always true there) and the pending-row DELETE (deletes nothing there); same outcomes.
+    "append_step": f"""
+INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+WHERE {_GUARD}
+RETURNING true""",
+    "pause": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+      AND {_GUARD}
+    RETURNING execution_id
+),
+q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
+      SELECT r.execution_id, $22, $23, $24, $25, $26 FROM r)
+SELECT count(*) FROM r""",
+    "claim": f"""
+WITH d AS (
+    DELETE FROM {{s}}.pending_interrupts WHERE execution_id = $2 AND {_GUARD}
+    RETURNING {_PENDING_COLS}
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES} FROM d
+    RETURNING execution_id
+)
+SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at,
+       EXISTS (SELECT 1 FROM {{s}}.pending_interrupts x WHERE x.execution_id = $2) AS was_pending,
+       EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known
+FROM (SELECT 1) AS one LEFT JOIN d ON true""",
+    "import": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages, synced) SELECT {_VALUES}, true
+    WHERE $20::integer >= 0 AND $21::integer >= 0  -- the log guard's arguments, unused here
+    ON CONFLICT (checkpoint_id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM r""",
+    "batch": f"""
+WITH v AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
+        $7::text[], $8::text[], $9::json[], $10::text[], $11::integer[], $12::json[], $13::json[],
+        $14::text[], $15::json[], $16::text[], $17::text[], $18::timestamptz[], $19::json[],
+        $20::integer[], $21::integer[])
+        WITH ORDINALITY AS v({_COLS}, new_messages, lo, hi, ord)
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages)
+    SELECT {", ".join(f"v.{c.strip()}" for c in _COLS.split(","))}, v.new_messages
+    FROM v
+    -- LATERAL ... LIMIT 1: index probes per row, never a hashed scan of a whole table.
+    LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.checkpoints e
+                       WHERE e.execution_id = v.execution_id LIMIT 1) AS run ON true
+    LEFT JOIN LATERAL (SELECT g.message_count AS length FROM {{s}}.checkpoints g
+                       WHERE g.execution_id = v.execution_id AND g.log_id = v.log_id
+                         AND g.new_messages IS NOT NULL ORDER BY g.seq DESC LIMIT 1) AS log ON true
+    WHERE (v.seq <> 0 OR run.found IS NULL)
+      AND (v.hi = 0 OR coalesce(log.length, 0) BETWEEN v.lo AND v.hi)
+    ORDER BY v.ord
+    ON CONFLICT DO NOTHING
+    RETURNING checkpoint_id, execution_id, step_type
+), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
+SELECT checkpoint_id FROM r""",
+    "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
+    "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.seq = $2",
+    "row_before": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.seq < $2 ORDER BY c.seq DESC LIMIT 1",
+    "get": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 AND c.checkpoint_id = $2",
+    "history": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM {{s}}.checkpoints c "
+    "WHERE c.execution_id = $1 ORDER BY c.seq",
+    "unsynced": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM "
+    "(SELECT * FROM {s}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1) c ORDER BY c.id",
+    "pending_all": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts ORDER BY created_at DESC, id DESC",
+    "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1",
+    "delete_run": """
+WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
+p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
+k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1)
+SELECT count(*) FROM c""",
+    "cache_get": "SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2",
+    "cache_put": """
+WITH ins AS (
+    INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at) VALUES ($1, $2, $3, $4)
+    ON CONFLICT DO NOTHING RETURNING value
+)
+SELECT value FROM ins
+UNION ALL SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2
+LIMIT 1""",
+    "mark_synced": "UPDATE {s}.checkpoints SET synced = true "
+    "WHERE checkpoint_id = ANY($1::text[]) AND NOT synced",
+    "mark_quarantined": "UPDATE {s}.checkpoints c SET synced = true, sync_error = u.reason "
+    "FROM unnest($1::text[], $2::text[]) AS u(id, reason) WHERE c.checkpoint_id = u.id",
+    "sync_state": "SELECT synced, sync_error FROM {s}.checkpoints WHERE checkpoint_id = $1",
+    "existing_ids": "SELECT checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = ANY($1::text[])",
+    # prune: the skeleton (stores._prune.PruneRow) of every run that has something older than $1.
+    "prune_skeleton": f"""
+SELECT execution_id, seq, step_type, status, created_at < $1 AS old,
+       CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
+            THEN node_input END AS node_input
+FROM {{s}}.checkpoints
+WHERE execution_id IN (SELECT execution_id FROM {{s}}.checkpoints WHERE created_at < $1
+                       UNION SELECT execution_id FROM {{s}}.idempotency_cache WHERE created_at < $1)
+ORDER BY execution_id, seq""",
+    "prune_done_cache": "DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) "
+    "AND created_at < $2",
+    # The logs that lose a row carrying messages, with every chunk they hold now.
+    "prune_logs": """
+SELECT l.execution_id, l.log_id, l.message_count, l.new_messages FROM {s}.checkpoints l
+WHERE (l.execution_id, l.log_id) IN (
+    SELECT c.execution_id, c.log_id FROM {s}.checkpoints c
+    JOIN unnest($1::text[], $2::bigint[]) AS v(e, q) ON c.execution_id = v.e AND c.seq = v.q
+    WHERE c.new_messages IS NOT NULL)
+  AND l.new_messages IS NOT NULL
+ORDER BY l.execution_id, l.log_id, l.seq""",
+    "prune_rows": """
+WITH c AS (DELETE FROM {s}.checkpoints c USING unnest($1::text[], $2::bigint[]) AS v(e, q)
+           WHERE c.execution_id = v.e AND c.seq = v.q RETURNING 1)
+SELECT count(*) FROM c""",
+    "log_rows": "SELECT id, message_count, new_messages FROM {s}.checkpoints "
+    "WHERE execution_id = $1 AND log_id = $2 ORDER BY seq",
+    "set_chunks": "UPDATE {s}.checkpoints c SET new_messages = u.chunk "
+    "FROM unnest($1::bigint[], $2::json[]) AS u(id, chunk) WHERE c.id = u.id",
+}
+
+#: Arguments of a single-row write: the 18 columns, the chunk and the two log-guard bounds.
+COLUMN_COUNT: Final = 21
+
+
+def statements(schema: str) -> dict[str, str]:
+    """Every statement with ``{s}`` replaced by the quoted ``schema`` (validated by the caller)."""
+    quoted = f'"{schema}"'
+    return {name: sql.replace("{s}", quoted) for name, sql in _SQL.items()}

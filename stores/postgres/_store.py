@@ -1,0 +1,451 @@
+"""The PostgreSQL store on asyncpg: one round trip per write, for a fleet of processes.
+
+Every write is one statement (:mod:`stores.postgres._sql`); concurrent appends share one
+(:mod:`stores.postgres._appends`); the outbox is :mod:`stores.postgres._outbox`; ownership locks
+are session advisory locks on one dedicated connection with TCP keepalives, concurrent takes and
+releases sharing one round trip (:mod:`stores.postgres._locks`). What both backends share (the
+re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``' private modules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, Final
+
+import anyio
+import asyncpg
+
+from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._codec import (
+    DEFAULT_MAX_ROW_BYTES,
+    encode_cache_value,
+    encode_pending,
+    rechunk,
+    replay_log,
+    split_chunk,
+)
+from .._errors import StoreError, no_checkpoints, no_pause, run_exists, store_closed
+from .._flight import single_claim
+from .._json import decode
+from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._paths import conversation_of
+from .._prune import PruneRow, doomed
+from .._reentry import resolve_forkable, resolve_reentry
+from ._appends import GroupAppends, Queued
+from ._connection import (
+    LOST_ERRORS,
+    advisory_key,
+    connect_lock_connection,
+    connect_pool,
+    describe,
+    unavailable,
+)
+from ._locks import AdvisoryLocks
+from ._outbox import Outbox
+from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
+from ._schema import migrate
+from ._sql import statements
+
+__all__ = ["PostgresStore"]
+
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_CLOSE_TIMEOUT: Final = 5.0
+
+
+class PostgresStore(BaseStore, GroupAppends, Outbox):
+    """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
+
+    ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
+    ``max_row_bytes`` bounds one row's new content (:class:`RowTooLarge` above it).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "tether",
+        min_size: int = 1,
+        max_size: int = 20,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        connect_timeout: float = 10.0,
+        lock_keepalive_idle: int = 5,
+        max_flushers: int = 2,
+    ) -> None:
+        if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
+            raise StoreError(
+                f"invalid schema name {schema!r}: use letters, digits and underscores, "
+                "not starting with a digit, at most 63 characters"
+            )
+        super().__init__(max_row_bytes=max_row_bytes)
+        self.dsn = dsn
+        self.schema = schema
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_timeout = connect_timeout
+        self._keepalive_idle = lock_keepalive_idle
+        self._sql = statements(schema)
+        self._pool: asyncpg.Pool | None = None
+        self._setup_lock = anyio.Lock()
+        self._lock_conn: asyncpg.Connection | None = None
+        self._locks = AdvisoryLocks(self._lock_connection, self._lost, connect_timeout)
+        self._queue: list[Queued] = []
+        self._flushers = 0
+        self._max_flushers = max_flushers
+        self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({describe(self.dsn)}, schema={self.schema!r})"
+
+    # -- setup and teardown -------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the pool and migrate the schema (idempotent; safe when processes race)."""
+        await self._ready()
+
+    async def _ready(self) -> asyncpg.Pool:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        async with self._setup_lock:
+            if self._pool is not None:
+                return self._pool
+            self._refuse_closed()
+            pool = await connect_pool(
+                self.dsn, min_size=self._min_size, max_size=self._max_size, timeout=self._connect_timeout
+            )
+            try:
+                async with pool.acquire() as conn:
+                    with self._lost():
+                        await migrate(conn, self.schema, advisory_key(self.schema, "\x00migrate"))
+            except BaseException:
+                pool.terminate()
+                raise
+            self._pool = pool
+            self._state = StoreState.READY
+            return pool
+
+    async def close(self) -> None:
+        """Close the pool and the lock connection (releasing every ownership lock); idempotent."""
+        self._state = StoreState.CLOSED
+        pool, self._pool = self._pool, None
+        conn, self._lock_conn = self._lock_conn, None
+        writers, self._writers = self._writers, []
+        self._locks.forget()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(_CLOSE_TIMEOUT):
+                if conn is not None:
+                    await conn.close()
+                if pool is not None:
+                    for writer in writers:
+                        await pool.release(writer)
+                    await pool.close()
+                return
+            if conn is not None:
+                conn.terminate()
+            if pool is not None:
+                pool.terminate()
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        """Append the interrupted row and the pending row in one statement."""
+        extra = (
+            pending.reason,
+            encode_pending(pending),
+            pending.node_id,
+            pending.agent_path,
+            pending.created_at,
+        )
+        await self._write_planned("pause", row, None, extra)
+
+    async def _write_planned(
+        self,
+        kind: str,
+        row: Checkpoint,
+        plan: Plan | None,
+        extra: tuple[Any, ...],
+        via: asyncpg.pool.PoolConnectionProxy | None = None,
+    ) -> None:
+        """Write a row with one statement, on ``via`` or a pooled connection, re-planning while
+        the log guard refuses it (``plan``: its first plan, if made already)."""
+
+        async def attempt(plan: Plan) -> None:
+            runner = via if via is not None else await self._ready()
+            if await self._run(runner, kind, row, plan, extra):
+                return
+            # Nothing inserted: the run exists (seq 0), or our memory of its log is stale.
+            if row.seq == 0 and not guarded(plan):
+                raise run_exists(row.execution_id)
+            raise LogMoved
+
+        await self._planned(row, attempt, plan)
+
+    async def _run(
+        self,
+        runner: asyncpg.Pool | asyncpg.pool.PoolConnectionProxy,
+        kind: str,
+        row: Checkpoint,
+        plan: Plan,
+        extra: tuple[Any, ...],
+    ) -> bool:
+        try:
+            with self._lost():
+                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
+                    kind = "append_step"
+                return bool(await runner.fetchval(self._sql[kind], *args(plan), *extra))
+        except asyncpg.UniqueViolationError as exc:
+            raise conflict(row, exc) from None
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        """Delete the pending row and append the ``resume`` row in one statement.
+
+        A claim of a run that another claimer of this process (any store on the same DSN and schema)
+        is already claiming waits for that one: if it won, this one lost without a round trip.
+        """
+        eid = row.execution_id
+        return await single_claim(
+            ("postgres", self.dsn, self.schema, eid), lambda: self._claim_row(row), lambda: no_pause(eid)
+        )
+
+    async def _claim_row(self, row: Checkpoint) -> PendingInterrupt:
+        eid = row.execution_id
+
+        async def attempt(plan: Plan) -> PendingInterrupt:
+            pool = await self._ready()
+            try:
+                with self._lost():
+                    rec = await pool.fetchrow(self._sql["claim"], *args(plan))
+            except asyncpg.UniqueViolationError as exc:
+                raise conflict(row, exc) from None
+            assert rec is not None
+            if rec["execution_id"] is not None:
+                return pending_of(rec)
+            if rec["was_pending"] and guarded(plan):
+                raise LogMoved  # the pause is there; our memory of the log was stale
+            raise no_pause(eid) if rec["known"] else no_checkpoints(eid)
+
+        return await self._planned(row, attempt)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        """The newest row (one round trip); seeds the message memory with its conversation's log."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["newest"], execution_id)
+        if rec is None:
+            return None
+        row = decode_one(rec)
+        self._seed([(row, rec)])
+        return row
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        """Where a resume re-enters (usually one round trip: the newest row is the step)."""
+        pool = await self._ready()
+        seen: list[tuple[Checkpoint, asyncpg.Record]] = []
+
+        async def fetch(name: str, *more: Any) -> Checkpoint | None:
+            with self._lost():
+                rec = await pool.fetchrow(self._sql[name], execution_id, *more)
+            if rec is None:
+                return None
+            row = decode_one(rec)
+            seen.append((row, rec))
+            return row
+
+        async def row_at(seq: int) -> Checkpoint | None:
+            return await fetch("row_at", seq)
+
+        async def row_before(seq: int) -> Checkpoint | None:
+            return await fetch("row_before", seq)
+
+        newest = await fetch("newest")
+        entry = await resolve_reentry(execution_id, newest, row_at, row_before)
+        self._seed(seen)
+        return entry
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        """The row a fork starts from (see :func:`stores._reentry.resolve_forkable`)."""
+        pool = await self._ready()
+
+        async def fetch(name: str, *more: Any) -> Checkpoint | None:
+            with self._lost():
+                rec = await pool.fetchrow(self._sql[name], execution_id, *more)
+            return None if rec is None else decode_one(rec)
+
+        async def row_at(seq: int) -> Checkpoint | None:
+            return await fetch("row_at", seq)
+
+        async def row_before(seq: int) -> Checkpoint | None:
+            return await fetch("row_before", seq)
+
+        if checkpoint_id is None:
+            newest, named = await fetch("newest"), None
+        else:
+            newest, named = None, await fetch("get", checkpoint_id)
+        return await resolve_forkable(execution_id, newest, named, checkpoint_id, row_at, row_before)
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """One row by id (both keys must match)."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["get"], execution_id, checkpoint_id)
+        return None if rec is None else decode_one(rec)
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row in ``seq`` order (one round trip; each message log crosses the wire once)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["history"], execution_id)
+        return decode_many(recs)
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first."""
+        pool = await self._ready()
+        with self._lost():
+            if execution_id is None:
+                recs = await pool.fetch(self._sql["pending_all"])
+            else:
+                recs = await pool.fetch(self._sql["pending_one"], execution_id)
+        return [pending_of(r) for r in recs]
+
+    def _seed(self, rows: Iterable[tuple[Checkpoint, asyncpg.Record]]) -> None:
+        """Remember the full log of each conversation read (newest row first wins)."""
+        done: set[str] = set()
+        for row, rec in sorted(rows, key=lambda pair: -pair[0].seq):
+            conversation = conversation_of(row.agent_path)
+            if rec["log_id"] is None or conversation in done:
+                continue
+            done.add(conversation)
+            self._logs.remember(row.execution_id, conversation, rec["log_id"], log_of(rec[18]))
+
+    # -- deletes ------------------------------------------------------------------------------
+
+    async def delete_run(self, execution_id: str) -> int:
+        """Delete everything of a run in one statement; returns the rows deleted."""
+        pool = await self._ready()
+        self._logs.forget(execution_id)
+        with self._lost():
+            count: int = await pool.fetchval(self._sql["delete_run"], execution_id)
+        return count
+
+    async def prune(self, older_than: timedelta) -> int:
+        """The prune rule (:mod:`stores._prune`) in one transaction; returns checkpoint rows deleted.
+
+        Message logs no remaining row references go with the rows.
+        """
+        cutoff = utcnow() - older_than
+        pool = await self._ready()
+        deleted = 0
+        by_run: dict[str, list[PruneRow]] = {}
+        with self._lost():
+            async with pool.acquire() as conn, conn.transaction():
+                for rec in await conn.fetch(self._sql["prune_skeleton"], cutoff):
+                    node_input = rec["node_input"]
+                    by_run.setdefault(rec["execution_id"], []).append(
+                        PruneRow(
+                            rec["seq"],
+                            rec["step_type"],
+                            rec["status"],
+                            rec["old"],
+                            {} if node_input is None else decode(node_input),
+                        )
+                    )
+                completed: list[str] = []
+                runs: list[str] = []
+                seqs: list[int] = []
+                for execution_id, skeleton in by_run.items():
+                    done, doomed_seqs = doomed(execution_id, skeleton)
+                    if done:
+                        completed.append(execution_id)
+                    runs += [execution_id] * len(doomed_seqs)
+                    seqs += doomed_seqs
+                if completed:
+                    await conn.execute(self._sql["prune_done_cache"], completed, cutoff)
+                if runs:
+                    deleted = await self._delete_rows(conn, runs, seqs)
+        for execution_id in by_run:
+            self._logs.forget(execution_id)
+        return deleted
+
+    async def _delete_rows(
+        self, conn: asyncpg.pool.PoolConnectionProxy, runs: list[str], seqs: list[int]
+    ) -> int:
+        """Delete rows (inside the caller's transaction); the messages they added move onto the
+        remaining rows of their logs that need them (see :func:`stores._codec.rechunk`)."""
+        logs: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
+        for rec in await conn.fetch(self._sql["prune_logs"], runs, seqs):
+            logs.setdefault((rec[0], rec[1]), []).append((rec[2], rec[3]))
+        deleted: int = await conn.fetchval(self._sql["prune_rows"], runs, seqs)
+        ids: list[int] = []
+        chunks: list[bytes | None] = []
+        for (execution_id, log_id), held in logs.items():
+            bodies = replay_log(held, split_chunk)
+            rows = await conn.fetch(self._sql["log_rows"], execution_id, log_id)
+            for rec, chunk in zip(rows, rechunk([r[1] for r in rows], bodies), strict=True):
+                if chunk != rec[2]:
+                    ids.append(rec[0])
+                    chunks.append(chunk)
+        if ids:
+            await conn.execute(self._sql["set_chunks"], ids, chunks)
+        return deleted
+
+    # -- idempotency cache --------------------------------------------------------------------
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        """The cached value for ``(execution_id, key)``, if any."""
+        pool = await self._ready()
+        with self._lost():
+            value = await pool.fetchval(self._sql["cache_get"], execution_id, key)
+        return None if value is None else Cached(decode(value))
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        """Insert if absent and return the stored value: the first writer wins (one round trip)."""
+        data = encode_cache_value(execution_id, key, value)
+        pool = await self._ready()
+        with self._lost():
+            stored = await pool.fetchval(self._sql["cache_put"], execution_id, key, data, utcnow())
+            if stored is None:  # a rival committed after our snapshot: read it with a fresh one
+                stored = await pool.fetchval(self._sql["cache_get"], execution_id, key)
+        return decode(stored if stored is not None else data)
+
+    # -- ownership lock -----------------------------------------------------------------------
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take the run's session advisory lock on the dedicated lock connection (batched)."""
+        self._refuse_closed()
+        return await self._locks.try_lock(execution_id, advisory_key(self.schema, execution_id))
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's lock if this store holds it."""
+        conn = self._lock_conn
+        if conn is None or conn.is_closed():
+            self._locks.forget(execution_id)  # a lost connection took its locks with it
+            return
+        await self._locks.unlock(execution_id)
+
+    async def _lock_connection(self) -> asyncpg.Connection:
+        conn = self._lock_conn
+        if conn is not None and not conn.is_closed():
+            return conn
+        if self._state is StoreState.CLOSED:
+            raise store_closed(self)
+        self._locks.forget()  # a lost connection took its locks with it
+        conn = await connect_lock_connection(
+            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
+        )
+        self._lock_conn = conn
+        return conn
+
+    # -- errors -------------------------------------------------------------------------------
+
+    @contextmanager
+    def _lost(self) -> Iterator[None]:
+        """Turn a lost connection into :class:`StoreUnavailable` naming the host."""
+        try:
+            yield
+        except LOST_ERRORS as exc:
+            raise unavailable(self.dsn, exc) from None

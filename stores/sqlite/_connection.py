@@ -1,0 +1,161 @@
+"""Opening a SQLite connection with the store's settings, and the one thread that uses it.
+
+Each connection (the writer, the reader) is served by a :class:`DatabaseThread` this module owns:
+a daemon thread taking callables from a queue, like aiosqlite's worker, but with two entries that
+aiosqlite keeps private: :meth:`DatabaseThread.post` (run a callable that answers its caller
+itself, which the group-commit chain needs) and :meth:`DatabaseThread.call` (run a callable and
+await its result: one thread hop per transaction). Owning it means no private attribute of a
+dependency is on the write path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any, Final, TypeVar
+
+from .._errors import StoreUnavailable
+
+__all__ = ["SYNCHRONOUS", "DatabaseThread", "connect", "is_busy", "retry_busy"]
+
+T = TypeVar("T")
+
+#: The values ``PRAGMA synchronous`` takes.
+SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY / SQLITE_LOCKED."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def retry_busy(fn: Callable[[], T], deadline: float) -> T:
+    """Run ``fn``, retrying SQLITE_BUSY with bounded backoff until ``deadline`` (monotonic)."""
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _create_private(path: str) -> None:
+    """Create a missing database file with mode 0600 (SQLite gives its -wal and -shm the same mode).
+
+    Only a file that does not exist yet is opened here: closing any descriptor of a database file
+    drops every POSIX lock this process holds on it, including those of SQLite connections that
+    another store instance has open on it, and another process could then checkpoint and delete
+    the WAL under them (seen as "database disk image is malformed").
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def connect(path: str, *, writer: bool, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
+    """Open a connection with the store's settings (blocking: run it in a worker thread)."""
+    try:
+        if writer:
+            _create_private(path)
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+    try:
+        deadline = time.monotonic() + busy_timeout
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if writer:
+            mode = retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), deadline)
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise StoreUnavailable(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if not writer:
+            conn.execute("PRAGMA query_only = 1")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:  # SQLite read the header, wrote nothing
+            raise StoreUnavailable(f"{path!r} is not a SQLite database") from exc
+        raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _answer(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # its caller was cancelled
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class DatabaseThread:
+    """One ``sqlite3.Connection`` and the daemon thread that runs everything on it, in order.
+
+    A daemon: a store the application forgot to close must not keep the interpreter alive at exit.
+    Nothing is lost: a write's caller is answered only after its COMMIT.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, name: str) -> None:
+        self.conn = conn
+        self.running = True
+        self._queue: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            job()  # a job answers its caller itself and never raises (see ``post`` and ``call``)
+
+    def post(self, job: Callable[[], None]) -> None:
+        """Queue ``job`` for the thread; it must answer its caller itself and must not raise."""
+        self._queue.put_nowait(job)
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the thread and return its result (or raise its exception)."""
+        if not self.running:
+            raise StoreUnavailable("the SQLite connection is closed")
+        return await self._submit(fn)
+
+    def _submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result = fn()
+            except BaseException as exc:
+                loop.call_soon_threadsafe(_answer, future, False, exc)
+            else:
+                loop.call_soon_threadsafe(_answer, future, True, result)
+
+        self._queue.put_nowait(job)
+        return future
+
+    async def close(self) -> None:
+        """Close the connection after everything queued before it, then end the thread.
+
+        The close and the stop are queued at once, so the thread ends even if this wait is cut short.
+        """
+        if not self.running:
+            return
+        self.running = False
+        closed = self._submit(self.conn.close)
+        self._queue.put_nowait(None)
+        await closed

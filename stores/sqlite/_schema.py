@@ -1,0 +1,133 @@
+"""The SQLite schema: versioned migrations in ``PRAGMA user_version``, applied under ``BEGIN IMMEDIATE``.
+
+Never edit a shipped entry of :data:`MIGRATIONS`; add a new one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Callable
+from typing import Final
+
+from .._errors import StoreUnavailable, newer_schema
+from ._rows import rechunk_rows
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+#: The newest schema version this code writes; a database at a higher version is refused.
+SCHEMA_VERSION: Final = 3
+
+
+def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
+    """Schema 2: each row carries the messages it added (``new_messages``); the messages table goes."""
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN new_messages BLOB")
+    rows = conn.execute(
+        "SELECT execution_id, log_id, id, message_count, new_messages FROM checkpoints "
+        "WHERE log_id IS NOT NULL ORDER BY execution_id, log_id, seq"
+    ).fetchall()
+    for (eid, log_id), group in itertools.groupby(rows, key=lambda found: (found[0], found[1])):
+        bodies = [
+            bytes(body)
+            for (body,) in conn.execute(
+                "SELECT body FROM messages WHERE execution_id = ? AND log_id = ? ORDER BY idx", (eid, log_id)
+            )
+        ]
+        rechunk_rows(conn, [found[2:] for found in group], bodies)
+    conn.execute("DROP TABLE messages")
+
+
+#: Versioned migrations: SQL statements or a function run in the migration transaction.
+MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], None]]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS checkpoints (
+            id INTEGER PRIMARY KEY,
+            checkpoint_id TEXT NOT NULL UNIQUE,
+            execution_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            runner TEXT NOT NULL,
+            node_id TEXT NOT NULL,
+            step_index INTEGER NOT NULL,
+            step_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            state_snapshot BLOB NOT NULL,
+            log_id TEXT,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            node_input BLOB NOT NULL,
+            node_output BLOB NOT NULL,
+            interrupt_reason TEXT,
+            interrupt_context BLOB NOT NULL,
+            agent_path TEXT,
+            parent_checkpoint_id TEXT,
+            created_at TEXT NOT NULL,
+            synced INTEGER NOT NULL DEFAULT 0,
+            sync_error TEXT,
+            UNIQUE (execution_id, seq)
+        )""",
+        "CREATE INDEX IF NOT EXISTS checkpoints_unsynced ON checkpoints (id) WHERE synced = 0",
+        """CREATE TABLE IF NOT EXISTS messages (
+            execution_id TEXT NOT NULL,
+            log_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY (execution_id, log_id, idx)
+        )""",
+        """CREATE TABLE IF NOT EXISTS pending_interrupts (
+            execution_id TEXT PRIMARY KEY,
+            reason TEXT NOT NULL,
+            context BLOB NOT NULL,
+            node_id TEXT NOT NULL,
+            agent_path TEXT,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS idempotency_cache (
+            execution_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (execution_id, key)
+        )""",
+    ),
+    2: _chunks_onto_rows,
+    # The outbox becomes a low-water mark instead of a partial index: an append then writes one
+    # B-tree fewer, and a store that never replicates pays nothing for its outbox.
+    3: (
+        "CREATE TABLE outbox (low INTEGER NOT NULL)",
+        "INSERT INTO outbox (low) SELECT coalesce((SELECT min(id) FROM checkpoints WHERE synced = 0), "
+        "(SELECT coalesce(max(id), 0) + 1 FROM checkpoints))",
+        "DROP INDEX IF EXISTS checkpoints_unsynced",
+    ),
+}
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    path: str,
+    begin: Callable[[sqlite3.Connection], None],
+    commit: Callable[[sqlite3.Connection], None],
+) -> None:
+    """Apply missing migrations in one write transaction, re-reading the version inside it
+    (runs on the writer thread; safe when processes race)."""
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
+        begin(conn)
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise newer_schema(repr(path), version, SCHEMA_VERSION)
+            for target in sorted(v for v in MIGRATIONS if v > version):
+                migration = MIGRATIONS[target]
+                if callable(migration):
+                    migration(conn)
+                    continue
+                for statement in migration:
+                    conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            commit(conn)
+        except BaseException:
+            conn.rollback()
+            raise
+    except sqlite3.DatabaseError as exc:
+        raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc

@@ -1,0 +1,544 @@
+"""The embedded store: SQLite in WAL mode, with group commit.
+
+How a write works. A caller plans its row on the event loop (:meth:`BaseStore._planned`, so a
+:class:`SerializationError` or :class:`RowTooLarge` is raised before anything is queued), then puts
+one operation on the write queue of :class:`~stores.sqlite._writer.GroupCommit` and awaits its own
+future; the writer thread commits everything queued in one transaction. Reads use a second
+connection (WAL readers never block the writer) and are one thread hop per method, each in one read
+transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
+never suspend, so it is driven to completion synchronously (:func:`stores._reentry.run_sync`).
+The ownership lock is :mod:`stores.sqlite._locks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
+from .._errors import (
+    StoreUnavailable,
+    checkpoint_id_taken,
+    no_checkpoints,
+    no_pause,
+    pending_exists,
+    run_exists,
+    seq_taken,
+    store_closed,
+)
+from .._flight import single_claim
+from .._json import decode
+from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._paths import conversation_of
+from .._reentry import resolve_forkable, resolve_reentry, run_sync
+from ._connection import SYNCHRONOUS, DatabaseThread, connect, retry_busy
+from ._locks import FileLocks
+from ._rows import (
+    INSERT_ROW,
+    LOG_LENGTH,
+    PENDING_COLUMNS,
+    Ctx,
+    load_log,
+    lower_outbox_mark,
+    pending_of,
+    prune,
+    raise_outbox_mark,
+    row_where,
+    rows_where,
+    ts,
+    walkers,
+)
+from ._schema import migrate
+from ._writer import GroupCommit, file_lock
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_CLOSE_TIMEOUT: Final = 10.0
+
+
+class SQLiteStore(BaseStore, GroupCommit):
+    """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
+
+    ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
+    long a write waits for another process's transaction; lock errors never reach callers.
+    ``max_row_bytes`` limits a row's new content (:class:`RowTooLarge` above it). Several processes
+    may share one file. :attr:`transactions` counts write transactions (group commit shares them).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = "tether.db",
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, not {synchronous!r}")
+        super().__init__(max_row_bytes=max_row_bytes)
+        self.path = os.fspath(path)
+        self.lock_path = self.path + ".locks"
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._writer: DatabaseThread | None = None
+        self._reader: DatabaseThread | None = None
+        self._setup_lock = asyncio.Lock()
+        self._queue = []
+        self._drain = None
+        self._locks = FileLocks(self.lock_path)
+        self._write_lock = file_lock(self.path)
+        self._db_key = os.path.realpath(self.path)
+        self.transactions = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup(self) -> None:
+        """Open both connections and migrate the schema (idempotent, safe across processes)."""
+        if self._state is StoreState.READY:
+            return
+        async with self._setup_lock:
+            if self._state_now() is StoreState.READY:  # another task set it up while we waited
+                return
+            self._refuse_closed()
+            try:
+                self._writer = await self._open(writer=True)
+                await self._writer.call(
+                    functools.partial(migrate, self._writer.conn, self.path, self._begin, self._commit)
+                )
+                self._reader = await self._open(writer=False)
+            except BaseException:
+                await self._close_connections()
+                raise
+            self._state = StoreState.READY
+
+    def _state_now(self) -> StoreState:
+        return self._state
+
+    async def _ensure(self) -> None:
+        if self._state is not StoreState.READY:
+            await self.setup()
+
+    async def close(self) -> None:
+        """Finish queued writes, stop the threads and release every ownership lock (idempotent)."""
+        if self._state is StoreState.CLOSED:
+            return
+        self._state = StoreState.CLOSED
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+            if self._drain is not None:
+                await asyncio.wait({self._drain})
+            await self._close_connections()
+        self._locks.release_all()
+
+    async def _close_connections(self) -> None:
+        for thread in (self._writer, self._reader):
+            if thread is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                    await thread.close()
+        self._writer = self._reader = None
+
+    async def _open(self, *, writer: bool) -> DatabaseThread:
+        # Connect in a worker thread first, so a failure never leaves a database thread behind.
+        opener = functools.partial(
+            connect,
+            self.path,
+            writer=writer,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+        )
+        raw = await anyio.to_thread.run_sync(opener)
+        return DatabaseThread(raw, f"tether-sqlite-{'writer' if writer else 'reader'}")
+
+    # ------------------------------------------------------------------ reads (one hop each)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction on the reader thread."""
+        await self._ensure()
+        reader = self._reader
+        if reader is None:
+            raise store_closed(self)
+        conn = reader.conn
+
+        def run() -> T:
+            deadline = time.monotonic() + self._busy_timeout * 2
+            retry_busy(lambda: conn.execute("BEGIN"), deadline)
+            try:
+                return fn(conn)
+            finally:
+                conn.rollback()
+
+        try:
+            return await reader.call(run)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"cannot read {self.path!r}: {exc}") from exc
+
+    # ------------------------------------------------------------------ writes
+
+    async def append(self, row: Checkpoint) -> None:
+        """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
+        await self._ensure()
+        await self._planned(row, lambda plan: self._write(lambda c: self._insert(c, plan)))
+
+    async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        """Append the interrupted row and the pending row in one transaction."""
+        context = encode_pending(pending)
+        values = (
+            pending.execution_id,
+            pending.reason,
+            context,
+            pending.node_id,
+            pending.agent_path,
+            ts(pending.created_at),
+        )
+
+        def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
+            def run(conn: sqlite3.Connection) -> None:
+                self._insert(conn, plan)
+                try:
+                    conn.execute(
+                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                        values,
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise pending_exists(pending.execution_id) from exc
+
+            return run
+
+        await self._ensure()
+        await self._planned(row, lambda plan: self._write(op(plan)))
+
+    async def claim(self, row: Checkpoint) -> PendingInterrupt:
+        """Claim the run's pause: delete its pending row and append ``row``, in one transaction.
+
+        A claim of a run that another claimer of this process (any store on the same file) is
+        already claiming waits for that one: if it won, this one lost without touching the database.
+        """
+        eid = row.execution_id
+        return await single_claim(
+            ("sqlite", self._db_key, eid), lambda: self._claim(row), lambda: no_pause(eid)
+        )
+
+    async def _claim(self, row: Checkpoint) -> PendingInterrupt:
+        eid = row.execution_id
+
+        def probe(conn: sqlite3.Connection) -> tuple[bool, bool]:
+            has_pending = conn.execute(
+                "SELECT 1 FROM pending_interrupts WHERE execution_id = ?", (eid,)
+            ).fetchone()
+            has_rows = conn.execute(
+                "SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)
+            ).fetchone()
+            return has_pending is not None, has_rows is not None
+
+        has_pending, has_rows = await self._read(probe)
+        if not has_pending:
+            raise no_pause(eid) if has_rows else no_checkpoints(eid)
+
+        def op(plan: Plan) -> Callable[[sqlite3.Connection], PendingInterrupt]:
+            def run(conn: sqlite3.Connection) -> PendingInterrupt:
+                found = conn.execute(
+                    f"DELETE FROM pending_interrupts WHERE execution_id = ? RETURNING {PENDING_COLUMNS}",
+                    (eid,),
+                ).fetchone()
+                if found is None:
+                    rows = conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,))
+                    raise no_pause(eid) if rows.fetchone() is not None else no_checkpoints(eid)
+                self._insert(conn, plan)
+                return pending_of(found)
+
+            return run
+
+        return await self._planned(row, lambda plan: self._write(op(plan)))
+
+    async def _recall(self, row: Checkpoint) -> None:
+        """Load the row's conversation log into memory if a continuing run's log is not known."""
+        messages = row.state_snapshot.get("messages") if isinstance(row.state_snapshot, dict) else None
+        if row.seq == 0 or not isinstance(messages, list | tuple):
+            return
+        eid, conversation = row.execution_id, conversation_of(row.agent_path)
+        if self._logs.known(eid, conversation):
+            return
+
+        def load(conn: sqlite3.Connection) -> tuple[str, list[Any]] | None:
+            cursor = conn.execute(
+                "SELECT log_id, agent_path FROM checkpoints WHERE execution_id = ? AND log_id IS NOT NULL "
+                "ORDER BY seq DESC",
+                (eid,),
+            )
+            for log_id, agent_path in cursor.fetchall():
+                if conversation_of(agent_path) == conversation:
+                    return log_id, load_log(conn, eid, log_id)
+            return None
+
+        found = await self._read(load)
+        if found is not None and not self._logs.known(eid, conversation):
+            self._logs.remember(eid, conversation, found[0], found[1])
+
+    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None:
+        """Insert a planned row with the messages it adds (inside the caller's transaction)."""
+        stored, log = plan
+        eid = stored.execution_id
+        if (
+            stored.seq == 0
+            and conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)).fetchone()
+        ):
+            raise run_exists(eid)
+        need = log.start if log is not None else stored.message_count
+        if stored.log_id is not None and need:
+            last = conn.execute(LOG_LENGTH, (eid, stored.log_id)).fetchone()
+            have = 0 if last is None else last[0]
+            if (log is not None and have != need) or have < need:
+                raise LogMoved
+        chunk = log.chunk if log is not None else None
+        try:
+            conn.execute(INSERT_ROW, (*stored[:-1], ts(stored.created_at), chunk, synced))
+        except sqlite3.IntegrityError as exc:
+            if "checkpoint_id" in str(exc):
+                raise checkpoint_id_taken(eid, stored.checkpoint_id) from exc
+            raise seq_taken(eid, stored.seq, stored.node_id) from exc
+        if stored.step_type == RUN_END:
+            conn.execute("DELETE FROM pending_interrupts WHERE execution_id = ?", (eid,))
+
+    async def delete_run(self, execution_id: str) -> int:
+        """Delete the run's rows, pending row and cache in one transaction."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
+            lower_outbox_mark(conn)
+            for table in ("pending_interrupts", "idempotency_cache"):
+                conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
+            return int(deleted)
+
+        try:
+            return await self._write(run)
+        finally:
+            self._logs.forget(execution_id)
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete what the prune rule (:mod:`stores._prune`) allows, older than ``older_than``."""
+        cutoff = ts(utcnow() - older_than)
+        deleted, touched = await self._write(lambda conn: prune(conn, cutoff))
+        for eid in touched:
+            self._logs.forget(eid)
+        return deleted
+
+    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        """The cache entry for ``(execution_id, key)``, if any."""
+
+        def run(conn: sqlite3.Connection) -> Cached | None:
+            found = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            return None if found is None else Cached(decode(found[0]))
+
+        return await self._read(run)
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        """Insert the entry if absent; return the stored value (the first writer's)."""
+        body = encode_cache_value(execution_id, key, value)
+        now = ts(utcnow())
+
+        def run(conn: sqlite3.Connection) -> Any:
+            conn.execute(
+                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (execution_id, key) DO NOTHING",
+                (execution_id, key, body, now),
+            )
+            stored = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            return decode(stored[0])
+
+        return await self._write(run)
+
+    # ------------------------------------------------------------------ row reads
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        """The newest row of the run, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[Checkpoint | None, Ctx]:
+            ctx = Ctx()
+            return row_where(conn, ctx, "execution_id = ? ORDER BY seq DESC LIMIT 1", (execution_id,)), ctx
+
+        row, ctx = await self._read(run)
+        self._seed(execution_id, (row,), ctx)
+        return row
+
+    async def reentry(self, execution_id: str) -> ReEntry:
+        """Where a resume re-enters the run (see :meth:`Store.reentry`)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[ReEntry, Ctx]:
+            ctx = Ctx()
+            newest, row_at, row_before = walkers(conn, ctx, execution_id)
+            return run_sync(resolve_reentry(execution_id, newest, row_at, row_before)), ctx
+
+        found, ctx = await self._read(run)
+        self._seed(execution_id, (found.step, found.newest), ctx)
+        return found
+
+    async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        """The row a fork starts from (see :meth:`Store.forkable`)."""
+
+        def run(conn: sqlite3.Connection) -> Checkpoint:
+            ctx = Ctx()
+            newest, row_at, row_before = walkers(conn, ctx, execution_id)
+            named = None
+            if checkpoint_id is not None:
+                named = row_where(
+                    conn, ctx, "execution_id = ? AND checkpoint_id = ?", (execution_id, checkpoint_id)
+                )
+            return run_sync(resolve_forkable(execution_id, newest, named, checkpoint_id, row_at, row_before))
+
+        return await self._read(run)
+
+    async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """One row by id (both keys must match)."""
+        return await self._read(
+            lambda conn: row_where(
+                conn, Ctx(), "execution_id = ? AND checkpoint_id = ?", (execution_id, checkpoint_id)
+            )
+        )
+
+    async def history(self, execution_id: str) -> list[Checkpoint]:
+        """Every row of the run in ``seq`` order."""
+        return await self._read(
+            lambda conn: rows_where(conn, Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
+        )
+
+    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one."""
+
+        def run(conn: sqlite3.Connection) -> list[PendingInterrupt]:
+            where, args = (
+                ("WHERE execution_id = ?", (execution_id,)) if execution_id is not None else ("", ())
+            )
+            cursor = conn.execute(
+                f"SELECT {PENDING_COLUMNS} FROM pending_interrupts {where} ORDER BY created_at DESC, rowid DESC",
+                args,
+            )
+            return [pending_of(found) for found in cursor]
+
+        return await self._read(run)
+
+    def _seed(self, execution_id: str, rows: Iterable[Checkpoint | None], ctx: Ctx) -> None:
+        """Remember the full logs of the rows just read, so a resumed run does not copy them again."""
+        for row in rows:
+            log_id = None if row is None else ctx.row_logs.get(row.checkpoint_id)
+            if row is None or log_id is None:
+                continue
+            messages = ctx.logs.get(log_id)
+            if messages is not None:
+                self._logs.remember(execution_id, conversation_of(row.agent_path), log_id, list(messages))
+
+    # ------------------------------------------------------------------ the outbox
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        """Rows not yet shipped, oldest write first."""
+        return await self._read(
+            lambda conn: rows_where(
+                conn, Ctx(), "id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?", (limit,)
+            )
+        )
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        """Mark rows shipped (idempotent; an empty request is a no-op)."""
+        if not checkpoint_ids:
+            return
+        ids = [(cid,) for cid in checkpoint_ids]
+        await self._mark_sent("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
+        if not reasons:
+            return
+        pairs = [(reason, cid) for cid, reason in reasons.items()]
+        await self._mark_sent(
+            "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
+        )
+
+    async def _mark_sent(self, update: str, params: Sequence[tuple[str, ...]]) -> None:
+        """Run ``update`` for each of ``params`` and move the outbox mark past the rows it sent."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(update, params)
+            raise_outbox_mark(conn)
+
+        await self._write(run)
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of a row, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bool, str | None] | None:
+            found = conn.execute(
+                "SELECT synced, sync_error FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+            ).fetchone()
+            return None if found is None else (bool(found[0]), found[1])
+
+        return await self._read(run)
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        """Insert rows restored from the plane as already synced; existing ids are skipped."""
+        if not rows:
+            return 0
+        ids = [row.checkpoint_id for row in rows]
+
+        def existing(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                cursor = conn.execute(
+                    f"SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id IN ({marks})", chunk
+                )
+                found.update(cid for (cid,) in cursor)
+            return found
+
+        skip = await self._read(existing)
+        fresh = sorted(
+            (row for row in rows if row.checkpoint_id not in skip), key=lambda r: (r.execution_id, r.seq)
+        )
+        runs = {row.execution_id for row in fresh}
+        for eid in runs:
+            self._logs.forget(eid)
+        try:
+            planned = [self._logs.plan(row) for row in fresh]
+
+            def run(conn: sqlite3.Connection) -> int:
+                inserted = 0
+                for plan in planned:
+                    if conn.execute(
+                        "SELECT 1 FROM checkpoints WHERE checkpoint_id = ?", (plan[0].checkpoint_id,)
+                    ).fetchone():
+                        continue
+                    self._insert(conn, plan, synced=1)
+                    inserted += 1
+                return inserted
+
+            return await self._write(run)
+        finally:
+            for eid in runs:
+                self._logs.forget(eid)
+
+    # ------------------------------------------------------------------ the ownership lock
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
+        self._refuse_closed()
+        return self._locks.try_lock(execution_id)
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's ownership lock if this store holds it."""
+        self._locks.release(execution_id)

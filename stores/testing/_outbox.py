@@ -1,0 +1,97 @@
+"""The outbox (when the store is a ReplicatedStore)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+
+from .._model import (
+    utcnow,
+)
+from .._protocol import Store
+from ._base import ConformanceBase
+from ._factories import (
+    make_message,
+    make_row,
+)
+
+__all__ = ["OutboxTests"]
+
+
+class OutboxTests(ConformanceBase):
+    """The outbox (when the store is a ReplicatedStore)."""
+
+    # -- outbox ----------------------------------------------------------------------------------
+
+    async def test_outbox_fetches_new_rows_oldest_write_first(self, store: Store) -> None:
+        with self.bounded():
+            box = self.outbox(store)
+            base = utcnow() - timedelta(hours=1)
+            rows = [
+                make_row(
+                    f"run-{i % 3}", i // 3, created_at=base - timedelta(minutes=i), messages=[make_message(i)]
+                )
+                for i in range(9)
+            ]
+            await self.write(store, rows)
+            assert await box.fetch_unsynced(100) == rows
+            assert await box.fetch_unsynced(4) == rows[:4]
+            await box.mark_synced([r.checkpoint_id for r in rows[:4]])
+            assert await box.fetch_unsynced(100) == rows[4:]
+            assert await box.sync_state(rows[0].checkpoint_id) == (True, None)
+            assert await box.sync_state(rows[5].checkpoint_id) == (False, None)
+            assert await box.sync_state("no-such-row") is None
+            await box.mark_synced([r.checkpoint_id for r in rows[:5]])
+            assert await box.fetch_unsynced(100) == rows[5:]
+
+    async def test_outbox_sends_rows_written_after_the_newest_rows_were_deleted(self, store: Store) -> None:
+        """Deleting the newest (synced) rows must not hide the rows written next from the outbox."""
+        with self.bounded():
+            box = self.outbox(store)
+            old = await self.crashed_run(store, "run-a")
+            newest = await self.crashed_run(store, "run-b")
+            await box.mark_synced([r.checkpoint_id for r in [*old, *newest]])
+            assert await box.fetch_unsynced(100) == []
+            assert await store.delete_run("run-b") == len(newest)
+            again = [make_row("run-c", 0), make_row("run-c", 1)]
+            await self.write(store, again)
+            assert await box.fetch_unsynced(100) == again
+            await box.mark_synced([again[0].checkpoint_id])
+            assert await box.fetch_unsynced(100) == again[1:]
+
+    async def test_outbox_quarantine(self, store: Store) -> None:
+        with self.bounded():
+            box = self.outbox(store)
+            rows = await self.crashed_run(store, "run-a")
+            await box.mark_synced([])
+            await box.mark_quarantined({})
+            assert await box.fetch_unsynced(100) == rows
+            poison = rows[1].checkpoint_id
+            await box.mark_quarantined({poison: "422: too large"})
+            await box.mark_quarantined({poison: "422: too large"})
+            assert await box.sync_state(poison) == (True, "422: too large")
+            await box.mark_quarantined({poison: "400: refused"})
+            assert await box.sync_state(poison) == (True, "400: refused")
+            assert await box.fetch_unsynced(100) == [rows[0], rows[2]]
+            assert await box.sync_state(rows[0].checkpoint_id) == (False, None)
+            await box.mark_synced([rows[0].checkpoint_id, rows[2].checkpoint_id])
+            assert await box.fetch_unsynced(100) == []
+            assert await box.sync_state(rows[2].checkpoint_id) == (True, None)
+            assert await store.history("run-a") == rows
+
+    async def test_outbox_import_rows(self, store: Store) -> None:
+        with self.bounded():
+            box = self.outbox(store)
+            local = await self.crashed_run(store, "run-a")
+            msgs = [make_message(i) for i in range(4)]
+            restored = [make_row("run-b", seq, messages=msgs[: seq + 2]) for seq in range(3)]
+            assert await box.import_rows(restored) == 3
+            assert await store.history("run-b") == restored
+            assert all([await box.sync_state(r.checkpoint_id) == (True, None) for r in restored])
+            assert await box.fetch_unsynced(100) == local
+            clash = msgspec.structs.replace(local[0], node_input={"from": "plane"})
+            assert await box.import_rows([clash, *restored, make_row("run-b", 3)]) == 1
+            assert await store.history("run-a") == local
+            assert await box.sync_state(local[0].checkpoint_id) == (False, None)
+            assert await box.import_rows([]) == 0
