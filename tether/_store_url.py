@@ -1,17 +1,21 @@
-"""The ``--store`` URL: where it comes from (the flag, ``$TETHER_STORE``, the default) and opening it."""
+"""The ``--store`` URL: where it comes from (the flag, ``$TETHER_STORE``, the default) and opening it.
+
+The URL forms are :func:`stores.open_store`'s: ``sqlite:///relative/path.db``,
+``sqlite:////absolute/path.db``, ``postgresql://user@host:port/db?schema=name`` or a libpq keyword
+string.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import unquote, urlsplit
 
 import anyio
 
-from stores import SQLiteStore, Store, StoreUnavailable
+from stores import Store, open_store
 
-__all__ = ["DEFAULT_STORE", "ENV_STORE", "open_store", "opened_store", "store_url"]
+__all__ = ["DEFAULT_STORE", "ENV_STORE", "opened_store", "store_url"]
 
 #: The store a command uses when neither ``--store`` nor ``$TETHER_STORE`` names one.
 DEFAULT_STORE = "sqlite:///tether.db"
@@ -26,22 +30,13 @@ def store_url(flag: str | None) -> str:
     return flag or os.environ.get(ENV_STORE) or DEFAULT_STORE
 
 
-def open_store(url: str) -> Store:
-    """A store (not yet opened) for ``url``: ``sqlite:///relative.db`` or ``sqlite:////absolute.db``.
-
-    Raises :class:`~stores.StoreUnavailable` naming the URL for anything else.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
-        raise StoreUnavailable(
-            f"cannot open store {url!r}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db"
-        )
-    return SQLiteStore(unquote(parts.path[1:]))
-
-
 @asynccontextmanager
 async def opened_store(url: str) -> AsyncIterator[Store]:
-    """The store at ``url``, set up (created or migrated) for the block and closed after it."""
+    """The store at ``url``, set up (created or migrated) for the block and closed after it.
+
+    A URL :func:`stores.open_store` cannot read raises :class:`~stores.InvalidStoreURL`; a store
+    that cannot be reached or is not a database, :class:`~stores.StoreUnavailable`.
+    """
     store = open_store(url)
     await store.setup()
     try:

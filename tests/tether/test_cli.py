@@ -80,20 +80,21 @@ def test_a_store_that_is_not_a_database_is_a_one_line_refusal(tmp_path: Path) ->
 
 
 def test_an_unknown_store_url_is_a_one_line_refusal_naming_it(tmp_path: Path) -> None:
-    _, message = refusal(run("demo", "--store", "nosuch://somewhere", cwd=tmp_path))
-    assert "nosuch://somewhere" in message
+    name, message = refusal(run("demo", "--store", "nosuch://somewhere", cwd=tmp_path))
+    assert name == "InvalidStoreURL" and "'nosuch'" in message, message
+    assert not list(tmp_path.iterdir()), "a refused URL must not create a store"
 
 
 def test_the_store_comes_from_the_flag_after_before_then_the_environment(tmp_path: Path) -> None:
-    # Unusable URLs, so each run stops at opening the store and names the URL it chose.
-    env = "nosuch://from-env"
-    assert "nosuch://from-env" in refusal(run("demo", cwd=tmp_path, store_env=env))[1]
-    before = run("--store", "nosuch://before", "demo", cwd=tmp_path, store_env=env)
-    assert "nosuch://before" in refusal(before)[1]
-    both = run("--store", "nosuch://before", "demo", "--store", "nosuch://after", cwd=tmp_path, store_env=env)
-    assert "nosuch://after" in refusal(both)[1]
-    after = run("demo", "--store", "nosuch://after", cwd=tmp_path, store_env=env, module=True)
-    assert "nosuch://after" in refusal(after)[1]
+    # Unusable URLs (one scheme each), so each run stops at opening the store and names what it chose.
+    env = "from-env://x"
+    assert "'from-env'" in refusal(run("demo", cwd=tmp_path, store_env=env))[1]
+    before = run("--store", "before://x", "demo", cwd=tmp_path, store_env=env)
+    assert "'before'" in refusal(before)[1]
+    both = run("--store", "before://x", "demo", "--store", "after://x", cwd=tmp_path, store_env=env)
+    assert "'after'" in refusal(both)[1]
+    after = run("demo", "--store", "after://x", cwd=tmp_path, store_env=env, module=True)
+    assert "'after'" in refusal(after)[1]
 
 
 def test_parsed_store_and_its_default(monkeypatch: pytest.MonkeyPatch) -> None:

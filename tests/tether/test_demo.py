@@ -14,6 +14,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import PgSchema
+
+from stores import PostgresStore
 
 pytestmark = pytest.mark.anyio
 
@@ -56,16 +59,40 @@ def timelines(lines: list[str]) -> list[list[tuple[str, str, str, str]]]:
     return found
 
 
-async def test_tether_demo(tmp_path: Path) -> None:
+async def demo(url: str, cwd: Path) -> str:
+    """``tether demo --store URL``'s output, after checking it exits 0."""
     assert TETHER.exists(), f"the console script is not installed at {TETHER}"
-    db = tmp_path / "d.db"
     with anyio.fail_after(LIMIT):
-        done = await anyio.run_process(
-            [str(TETHER), "demo", "--store", f"sqlite:///{db}"], cwd=tmp_path, check=False
-        )
+        done = await anyio.run_process([str(TETHER), "demo", "--store", url], cwd=cwd, check=False)
     out, err = done.stdout.decode(), done.stderr.decode()
     assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    return out
+
+
+async def test_tether_demo(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    out = await demo(f"sqlite:///{db}", tmp_path)
     assert db.exists()
+    check_demo_output(out)
+    assert out.rstrip().endswith(f"rows are in {db}"), out
+
+
+@pytest.mark.postgres
+async def test_tether_demo_on_postgresql(pg_schema: PgSchema, tmp_path: Path) -> None:
+    url = f"{pg_schema.dsn}?schema={pg_schema.schema}"
+    out = await demo(url, tmp_path)
+    check_demo_output(out)
+    assert out.rstrip().endswith(f"rows are in {url}"), out
+    assert not [p async for p in anyio.Path(tmp_path).iterdir()], "the PostgreSQL demo wrote a local file"
+    async with PostgresStore(pg_schema.dsn, schema=pg_schema.schema) as store:
+        assert await store.pending() == []  # the large refund was approved: nothing is left pending
+        large = re.search(r"a large refund \((large-\w+)\)", out)
+        assert large is not None, out
+        assert [row.step_type for row in await store.history(large[1])][-2:] == ["llm_call", "run_end"]
+
+
+def check_demo_output(out: str) -> None:
+    """One charge per refund, both timelines by the row grammar, the pause and the approval."""
     lines = out.splitlines()
 
     charges = [(int(m[1]), int(m[2])) for line in lines if (m := CHARGE.match(line))]
@@ -85,7 +112,6 @@ async def test_tether_demo(tmp_path: Path) -> None:
         out,
     )
     assert out.count("status: completed") == 2
-    assert out.rstrip().endswith(f"rows are in {db}"), out
 
 
 async def test_python_m_tether_demo_uses_tether_db_in_the_working_directory(tmp_path: Path) -> None:
