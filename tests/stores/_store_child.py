@@ -13,8 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stores import AlreadyResumed, PostgresStore, SQLiteStore, Store, WriteConflict
-from stores._model import REENTRY_SEQ, RESUME, RESUME_KEY, Checkpoint
+from stores import (
+    REENTRY_SEQ,
+    RESUME,
+    RESUME_KEY,
+    AlreadyResumed,
+    Checkpoint,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    WriteConflict,
+)
 
 
 def open_store(backend: str, target: str, schema: str) -> Store:

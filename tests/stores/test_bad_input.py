@@ -15,6 +15,10 @@ import pytest
 from conftest import Backend, pg_base_dsn
 
 from stores import (
+    HITL_PAUSE,
+    INTERRUPTED,
+    REENTRY_SEQ,
+    RESUME,
     Cached,
     Checkpoint,
     PostgresStore,
@@ -25,7 +29,6 @@ from stores import (
     Store,
     StoreUnavailable,
 )
-from stores._model import HITL_PAUSE, INTERRUPTED, REENTRY_SEQ, RESUME
 from stores.testing import make_message, make_pending, make_row
 
 pytestmark = pytest.mark.anyio

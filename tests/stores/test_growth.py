@@ -11,7 +11,7 @@ import pytest
 from conftest import Backend
 
 from stores import Store
-from stores._json import encode
+from stores import encode_json as encode
 from stores.testing import make_row
 
 pytestmark = pytest.mark.anyio

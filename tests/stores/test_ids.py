@@ -6,7 +6,7 @@ import itertools
 import time
 import uuid
 
-from stores._model import new_id
+from stores import new_id
 
 
 def test_ids_are_uuid7_carrying_their_creation_time() -> None:

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stores import IdempotencyError, SerializationError
-from stores._json import canonical_json, decode, encode, normalize
+from stores import IdempotencyError, SerializationError, canonical_json
+from stores import decode_json as decode
+from stores import encode_json as encode
+from stores import normalize_json as normalize
 
 REFUSED: list[tuple[str, Any, str]] = [
     ("nan", {"a": math.nan}, "$.a"),

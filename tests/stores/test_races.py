@@ -20,8 +20,7 @@ import anyio
 import pytest
 from conftest import Backend, drop_pg_schema
 
-from stores import AlreadyResumed, Store
-from stores._model import REENTRY_SEQ, RESUME, RESUME_KEY, Checkpoint
+from stores import REENTRY_SEQ, RESUME, RESUME_KEY, AlreadyResumed, Checkpoint, Store
 from stores.testing import make_pending, make_row
 
 REPEAT = int(os.environ.get("TETHER_STRESS_REPEAT", "5"))

@@ -16,8 +16,18 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from stores import AlreadyResumed, Store
-from stores._model import FAILED, HITL_PAUSE, INTERRUPTED, RECOVER, REENTRY_SEQ, RESUME, RESUME_KEY, TOOL_CALL
+from stores import (
+    FAILED,
+    HITL_PAUSE,
+    INTERRUPTED,
+    RECOVER,
+    REENTRY_SEQ,
+    RESUME,
+    RESUME_KEY,
+    TOOL_CALL,
+    AlreadyResumed,
+    Store,
+)
 from stores.testing import make_message, make_pending, make_row, run_end_row
 
 RUNS = st.sampled_from(["r0", "r1", "r2"])

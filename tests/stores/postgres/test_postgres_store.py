@@ -1,31 +1,28 @@
-"""PostgreSQL-specific behaviour of :class:`stores.PostgresStore` (the shared contract is in the conformance suite)."""
+"""PostgresStore only: configuration, migrations, one statement per write, values, the message log."""
 
 from __future__ import annotations
 
 import math
 import os
-import signal
-import socket
 import sys
 import textwrap
 import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
 import msgspec
 import pytest
+from _pg_support import DSN, ROOT, Counter, closed_port, pause, resume_row, row
 from conftest import V1_LOGS, V1_ROWS, check_v1_history
 
 from stores import (
     AlreadyResumed,
     Checkpoint,
     IncompatibleSchema,
-    PendingInterrupt,
     PostgresStore,
     RunExists,
     SerializationError,
@@ -36,9 +33,6 @@ from stores import (
 from stores.postgres._schema import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-DSN = os.environ.get("TETHER_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -64,48 +58,6 @@ async def store(schema: str) -> AsyncIterator[PostgresStore]:
     await s.close()
 
 
-def row(eid: str, seq: int, messages: list[Any] | None = None, **kw: Any) -> Checkpoint:
-    snapshot: dict[str, Any] = {"turn": seq}
-    if messages is not None:
-        snapshot["messages"] = messages
-    kw.setdefault("node_id", f"turn:{seq}")
-    kw.setdefault("agent_path", "agent:a")
-    return Checkpoint(execution_id=eid, seq=seq, runner="a", state_snapshot=snapshot, **kw)
-
-
-def pause(eid: str, seq: int) -> tuple[Checkpoint, PendingInterrupt]:
-    r = row(eid, seq, node_id="turn:0/tool:t", step_type="hitl_pause", status="interrupted")
-    return r, PendingInterrupt(execution_id=eid, reason="approve?", context={"amount": 5})
-
-
-def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
-    return row(
-        eid,
-        seq,
-        node_id="turn:0/tool:t",
-        step_type="resume",
-        node_input={"resume": {"approved": True}, "reentry_seq": target},
-    )
-
-
-class Counter:
-    """Counts the statements sent by every asyncpg connection (the pool's and the held writers')."""
-
-    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[str] = []
-        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
-            monkeypatch.setattr(
-                asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
-            )
-
-    def _counted(self, name: str, method: Any) -> Any:
-        def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
-            self.calls.append(name)
-            return method(conn, *args, **kw)
-
-        return call
-
-
 # -- configuration and connection errors ------------------------------------------------------
 
 
@@ -116,7 +68,7 @@ def test_schema_name_is_validated(bad: str) -> None:
 
 
 async def test_unreachable_dsn_is_store_unavailable_quickly_without_password() -> None:
-    store = PostgresStore(f"postgresql://postgres:s3cret@127.0.0.1:{_closed_port()}/test", connect_timeout=2)
+    store = PostgresStore(f"postgresql://postgres:s3cret@127.0.0.1:{closed_port()}/test", connect_timeout=2)
     start = time.monotonic()
     with pytest.raises(StoreUnavailable) as info:
         await store.latest("x")
@@ -462,241 +414,3 @@ async def test_quarantine_is_one_statement_and_idempotent(store: PostgresStore) 
     await store.mark_synced(ids[1:])
     await store.mark_synced([])
     assert await store.fetch_unsynced(10) == []
-
-
-# -- the ownership lock ------------------------------------------------------------------------
-
-
-async def test_advisory_lock_is_exclusive_between_stores(store: PostgresStore, schema: str) -> None:
-    other = PostgresStore(DSN, schema=schema)
-    try:
-        assert await store.try_lock("r")
-        assert not await store.try_lock("r")  # a second holder in the same store
-        assert not await other.try_lock("r")
-        assert await other.try_lock("s")
-        await store.unlock("r")
-        assert await other.try_lock("r")
-        await other.close()  # closing releases everything
-        assert await store.try_lock("r") and await store.try_lock("s")
-    finally:
-        await other.close()
-
-
-async def test_lock_is_scoped_by_schema(store: PostgresStore) -> None:
-    other = PostgresStore(DSN, schema=f"t_{uuid.uuid4().hex}")
-    try:
-        assert await store.try_lock("r")
-        assert await other.try_lock("r")
-    finally:
-        await other.close()
-
-
-async def test_lock_freed_when_holder_is_killed(store: PostgresStore, schema: str) -> None:
-    code = textwrap.dedent(
-        f"""
-        import anyio, sys
-        from stores import PostgresStore
-        async def main():
-            s = PostgresStore({DSN!r}, schema={schema!r})
-            assert await s.try_lock("r")
-            print("held", flush=True)
-            await anyio.sleep(60)
-        anyio.run(main)
-        """
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    async with await anyio.open_process([sys.executable, "-c", code], cwd=ROOT, env=env) as proc:
-        assert proc.stdout is not None
-        with anyio.fail_after(30):
-            assert (await proc.stdout.receive()).startswith(b"held")
-        assert not await store.try_lock("r")
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-        start = time.monotonic()
-        taken = await store.try_lock("r")
-        for _ in range(100):  # the server notices the dead socket at once; allow a little slack
-            if taken:
-                break
-            await anyio.sleep(0.01)
-            taken = await store.try_lock("r")
-        assert taken and time.monotonic() - start < 1
-
-
-def _closed_port() -> int:
-    """A TCP port on 127.0.0.1 that refuses connections (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-# -- group commit --------------------------------------------------------------------------------
-
-
-async def test_concurrent_appends_share_statements_and_keep_their_own_errors(
-    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for i in range(12):
-        await store.append(row(f"r{i}", 0, [{"role": "user", "content": "hi"}]))
-    counter = Counter(store, monkeypatch)
-    outcomes: dict[str, str] = {}
-
-    async def write(i: int) -> None:
-        seq = 0 if i == 3 else 1  # r3 asks for seq 0 again: RunExists for it alone
-        try:
-            await store.append(
-                row(f"r{i}", seq, [{"role": "user", "content": "hi"}, {"role": "user", "content": "x"}])
-            )
-            outcomes[f"r{i}"] = "ok"
-        except RunExists:
-            outcomes[f"r{i}"] = "exists"
-
-    async with anyio.create_task_group() as tg:
-        for i in range(12):
-            tg.start_soon(write, i)
-    assert outcomes == {f"r{i}": ("exists" if i == 3 else "ok") for i in range(12)}
-    assert counter.calls.count("fetch") >= 1  # batched
-    assert len(counter.calls) < 12
-    for i in range(12):
-        history = await store.history(f"r{i}")
-        assert [c.seq for c in history] == ([0] if i == 3 else [0, 1])
-        assert history[-1].state_snapshot["messages"][-1]["content"] == ("hi" if i == 3 else "x")
-    ids = [c.checkpoint_id for c in await store.fetch_unsynced(100)]
-    assert len(ids) == 23
-
-
-async def test_cancelled_waiting_appender_leaves_no_row(store: PostgresStore) -> None:
-    await store.setup()
-    async with anyio.create_task_group() as tg:
-        for i in range(8):
-            tg.start_soon(store.append, row(f"r{i}", 0))
-        tg.cancel_scope.cancel()
-    # Whatever was written is whole; the store still works and no flusher slot leaked.
-    async with anyio.create_task_group() as tg:
-        for i in range(8):
-            tg.start_soon(store.append, row(f"s{i}", 0))
-    assert store._flushers == 0 and store._queue == []
-    for i in range(8):
-        assert len(await store.history(f"s{i}")) == 1
-
-
-async def test_held_writer_connections_are_released_on_close(schema: str) -> None:
-    store = PostgresStore(DSN, schema=schema)
-    await store.setup()
-    async with anyio.create_task_group() as tg:
-        for i in range(16):
-            tg.start_soon(store.append, row(f"w{i}", 0))
-    assert store._writers  # appends keep their connections between flushes
-    with anyio.fail_after(2):  # a writer not given back would hold close() for its full timeout (5 s)
-        await store.close()
-
-
-async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> None:
-    await store.append(row("r", 0))
-    pids = [writer.get_server_pid() for writer in store._writers]
-    assert pids
-    conn = await asyncpg.connect(DSN)
-    try:
-        for pid in pids:
-            await conn.execute("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await conn.close()
-    with anyio.fail_after(10):
-        try:
-            await store.append(row("r", 1))
-        except StoreUnavailable:
-            await store.append(row("r", 1))  # the next flush takes a fresh connection
-        await store.append(row("r", 2))
-    assert [c.seq for c in await store.history("r")] == [0, 1, 2]
-    assert pids[0] not in [writer.get_server_pid() for writer in store._writers]
-
-
-async def _advisory_locks_of(store: PostgresStore) -> int:
-    """How many advisory locks (counting re-entries) the store's lock connection holds."""
-    conn = store._lock_conn
-    assert conn is not None
-    pid = conn.get_server_pid()
-    probe = await asyncpg.connect(DSN)
-    try:
-        found: int = await probe.fetchval(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted", pid
-        )
-    finally:
-        await probe.close()
-    return found
-
-
-async def test_concurrent_locks_share_round_trips(store: PostgresStore, schema: str) -> None:
-    """50 runs taking their locks at once cost a few round trips, not 50; each is held once."""
-    await store.setup()
-    assert await store.try_lock("first")  # opens the lock connection
-    before = store._locks.round_trips
-    taken: dict[str, bool] = {}
-
-    async def take(run: str) -> None:
-        taken[run] = await store.try_lock(run)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(50):
-            tg.start_soon(take, f"run-{i}")
-    assert taken == {f"run-{i}": True for i in range(50)}
-    assert store._locks.round_trips - before <= 3, store._locks.round_trips - before
-    assert await _advisory_locks_of(store) == 51
-    other = PostgresStore(DSN, schema=schema)
-    try:
-        assert not await other.try_lock("run-7")
-        before = store._locks.round_trips
-        async with anyio.create_task_group() as tg:
-            for i in range(50):
-                tg.start_soon(store.unlock, f"run-{i}")
-        assert store._locks.round_trips - before <= 3
-        assert await _advisory_locks_of(store) == 1
-        assert await other.try_lock("run-7")
-    finally:
-        await other.close()
-
-
-async def test_release_then_take_in_one_batch_keeps_one_lock(store: PostgresStore) -> None:
-    """A release and a new take of the same run queued together run in order: one lock remains."""
-    assert await store.try_lock("r")
-    assert await store.try_lock("pad")
-    results: list[bool] = []
-
-    async def retake() -> None:
-        results.append(await store.try_lock("r"))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.unlock, "pad")  # the flusher: the next two queue behind its round trip
-        tg.start_soon(store.unlock, "r")
-        tg.start_soon(retake)
-    assert results == [True]
-    assert await _advisory_locks_of(store) == 1  # "r" once, not twice (session locks re-enter)
-    await store.unlock("r")
-    assert await _advisory_locks_of(store) == 0
-
-
-async def test_cancelled_lock_attempts_leave_no_lock_behind(store: PostgresStore, schema: str) -> None:
-    """A try_lock cancelled at any point either owns the lock (it returned) or leaves it free."""
-    await store.setup()
-    assert await store.try_lock("warm")
-    other = PostgresStore(DSN, schema=schema)
-    try:
-        for attempt in range(40):
-            run = f"c-{attempt}"
-            with anyio.CancelScope() as scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(store.try_lock, f"noise-{attempt}")  # another op in the batch
-                    for _ in range(attempt % 4):
-                        await anyio.lowlevel.checkpoint()
-                    tg.start_soon(store.try_lock, run)
-                    for _ in range(attempt % 3):
-                        await anyio.lowlevel.checkpoint()
-                    scope.cancel()
-            if run in store._locks.held:
-                await store.unlock(run)
-            assert await other.try_lock(run), f"attempt {attempt}: the lock of {run} leaked"
-            await other.unlock(run)
-        held = set(store._locks.held)
-        assert await _advisory_locks_of(store) == len(held), held
-    finally:
-        await other.close()

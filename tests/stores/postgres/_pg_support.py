@@ -1,0 +1,72 @@
+"""Row builders and helpers of the PostgreSQL-only tests (each module has its own two fixtures)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from stores import (
+    Checkpoint,
+    PendingInterrupt,
+    PostgresStore,
+)
+
+__all__ = ["DSN", "ROOT", "Counter", "closed_port", "pause", "resume_row", "row"]
+
+DSN = os.environ.get("TETHER_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def row(eid: str, seq: int, messages: list[Any] | None = None, **kw: Any) -> Checkpoint:
+    snapshot: dict[str, Any] = {"turn": seq}
+    if messages is not None:
+        snapshot["messages"] = messages
+    kw.setdefault("node_id", f"turn:{seq}")
+    kw.setdefault("agent_path", "agent:a")
+    return Checkpoint(execution_id=eid, seq=seq, runner="a", state_snapshot=snapshot, **kw)
+
+
+def pause(eid: str, seq: int) -> tuple[Checkpoint, PendingInterrupt]:
+    r = row(eid, seq, node_id="turn:0/tool:t", step_type="hitl_pause", status="interrupted")
+    return r, PendingInterrupt(execution_id=eid, reason="approve?", context={"amount": 5})
+
+
+def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
+    return row(
+        eid,
+        seq,
+        node_id="turn:0/tool:t",
+        step_type="resume",
+        node_input={"resume": {"approved": True}, "reentry_seq": target},
+    )
+
+
+class Counter:
+    """Counts the statements sent by every asyncpg connection (the pool's and the held writers')."""
+
+    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
+            monkeypatch.setattr(
+                asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
+            )
+
+    def _counted(self, name: str, method: Any) -> Any:
+        def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
+            self.calls.append(name)
+            return method(conn, *args, **kw)
+
+        return call
+
+
+def closed_port() -> int:
+    """A TCP port on 127.0.0.1 that refuses connections (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
