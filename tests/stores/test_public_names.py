@@ -14,14 +14,25 @@ import stores
 from stores import Cached, Checkpoint, PendingInterrupt, ReEntry
 
 
-def test_every_public_class_and_function_reports_stores() -> None:
+def test_every_public_class_and_function_reports_a_public_module() -> None:
+    """``stores``, or ``actors`` for a name ``actors`` re-exports (the errors report ``actors.X``
+    once ``actors`` is imported); either way the module named holds the name."""
     for name in stores.__all__:
         obj = getattr(stores, name)
         if isinstance(obj, type) or callable(obj):
-            assert obj.__module__ == "stores", f"stores.{name}.__module__ is {obj.__module__!r}"
+            module = obj.__module__
+            assert module in ("stores", "actors"), f"stores.{name}.__module__ is {module!r}"
+            assert getattr(sys.modules[module], name) is obj
     assert stores.SQLiteStore.__module__ == "stores"
     assert stores.PostgresStore.__module__ == "stores"
-    assert stores.RunExists.__module__ == "stores"
+
+
+def test_in_a_process_without_actors_the_errors_report_stores() -> None:
+    out = _fresh_python(
+        "import sys, stores; print(stores.RunExists.__module__, stores.Checkpoint.__module__, "
+        "stores.open_store.__module__, 'actors' in sys.modules)"
+    )
+    assert out == "stores stores stores False"
 
 
 def test_structs_decode_after_the_rewrite() -> None:
