@@ -2,7 +2,7 @@
 
 Each script checks its own claims and exits 1 when one does not hold, so a proof passes here when its
 script exits 0 and prints the key lines of its claims; then both backends must print the same outcome
-lines (ids, pids, timings and the store's location normalised away): issue 4, acceptance 6.
+lines (ids, pids, timings and the store's location normalised away): the seed's proofs, checked line by line.
 
 The scripts run with this interpreter from a scratch directory, so they import the installed package
 (``pip install -e .``), not the checkout. PostgreSQL follows tests/conftest.py: unreachable means skip,
