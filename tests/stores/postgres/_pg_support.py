@@ -1,14 +1,18 @@
-"""Row builders and helpers of the PostgreSQL-only tests (each module has its own two fixtures)."""
+"""Row builders, helpers and the two fixtures (``schema``, ``store``) of the PostgreSQL-only tests.
+
+A test module takes the fixtures by importing ``schema_fixture`` and ``store_fixture``.
+"""
 
 from __future__ import annotations
 
-import os
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+from conftest import PgSchema, pg_base_dsn
 
 from stores import (
     Checkpoint,
@@ -16,10 +20,34 @@ from stores import (
     PostgresStore,
 )
 
-__all__ = ["DSN", "ROOT", "Counter", "closed_port", "pause", "resume_row", "row"]
+__all__ = [
+    "DSN",
+    "ROOT",
+    "Counter",
+    "closed_port",
+    "pause",
+    "resume_row",
+    "row",
+    "schema_fixture",
+    "store_fixture",
+]
 
-DSN = os.environ.get("TETHER_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+DSN = pg_base_dsn()
 ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(name="schema")
+def schema_fixture(pg_schema: PgSchema) -> str:
+    """A fresh schema of the test database, dropped afterwards (fails or skips as ``pg_schema``)."""
+    return pg_schema.schema
+
+
+@pytest.fixture(name="store")
+async def store_fixture(schema: str) -> AsyncIterator[PostgresStore]:
+    """A ``PostgresStore`` (not set up) on ``schema``, closed afterwards."""
+    store = PostgresStore(DSN, schema=schema)
+    yield store
+    await store.close()
 
 
 def row(eid: str, seq: int, messages: list[Any] | None = None, **kw: Any) -> Checkpoint:

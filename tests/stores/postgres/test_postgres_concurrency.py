@@ -8,12 +8,11 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import AsyncIterator
 
 import anyio
 import asyncpg
 import pytest
-from _pg_support import DSN, ROOT, Counter, row
+from _pg_support import DSN, ROOT, Counter, row, schema_fixture, store_fixture  # noqa: F401 (fixtures)
 
 from stores import (
     PostgresStore,
@@ -22,29 +21,6 @@ from stores import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = f"t_{uuid.uuid4().hex}"
-    yield name
-    conn = await asyncpg.connect(DSN)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
-
-
-@pytest.fixture
-async def store(schema: str) -> AsyncIterator[PostgresStore]:
-    s = PostgresStore(DSN, schema=schema)
-    yield s
-    await s.close()
 
 
 # -- the ownership lock ------------------------------------------------------------------------

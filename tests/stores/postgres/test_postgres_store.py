@@ -7,8 +7,6 @@ import os
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -16,7 +14,7 @@ import anyio
 import asyncpg
 import msgspec
 import pytest
-from _pg_support import DSN, ROOT, Counter, closed_port, pause, resume_row, row
+from _pg_support import DSN, ROOT, Counter, closed_port, pause, resume_row, row, schema_fixture, store_fixture  # noqa: F401 (fixtures)
 from conftest import V1_LOGS, V1_ROWS, check_v1_history
 
 from stores import (
@@ -33,29 +31,6 @@ from stores import (
 from stores.postgres._schema import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    name = f"t_{uuid.uuid4().hex}"
-    yield name
-    conn = await asyncpg.connect(DSN)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
-
-
-@pytest.fixture
-async def store(schema: str) -> AsyncIterator[PostgresStore]:
-    s = PostgresStore(DSN, schema=schema)
-    yield s
-    await s.close()
 
 
 # -- configuration and connection errors ------------------------------------------------------

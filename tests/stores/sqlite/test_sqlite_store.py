@@ -30,11 +30,6 @@ from stores import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def row(eid: str, seq: int, messages: list[dict[str, Any]] | None = None, **kw: Any) -> Checkpoint:
     snapshot: dict[str, Any] = {"turn": seq}
     if messages is not None:
