@@ -55,6 +55,8 @@ from stores import Checkpoint, PostgresStore, SQLiteStore
 from tether._refund import RefundBot
 
 PROMPT = "Refund order 1042, amount 20"
+#: The PostgreSQL schema of tether's measurement, per process: runs may overlap.
+_TETHER_SCHEMA = f"bench_step_tether_{os.getpid()}"
 ARGS: dict[str, Any] = {"order": "1042", "amount": 20}
 EXPECTED_ROWS = ["turn:0", "turn:0/tool:refund", "turn:1", "run_end"]
 WARMUP = 2
@@ -206,9 +208,8 @@ class Tether(Contender):
         if self.backend == "sqlite":
             self._store = SQLiteStore(self._workdir / f"{tag}.db")
         else:
-            schema = "bench_step_tether"
-            await _drop_schema(schema)
-            self._store = PostgresStore(PG_DSN, schema=schema)
+            await _drop_schema(_TETHER_SCHEMA)
+            self._store = PostgresStore(PG_DSN, schema=_TETHER_SCHEMA)
         await self._store.setup()
         self._system = ActorSystem(self._store, runners=[self._agent])
         await self._system.__aenter__()
@@ -228,6 +229,11 @@ class Tether(Contender):
         if self._system is not None:
             await self._system.__aexit__(None, None, None)
             self._system = None
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+            if self.backend == "postgres":
+                await _drop_schema(_TETHER_SCHEMA)
         if self._store is not None:
             await self._store.close()
             self._store = None
@@ -311,7 +317,7 @@ class RawPostgres(Contender):
 
     name = "raw"
     backend = "postgres"
-    SCHEMA = "bench_step_raw"
+    SCHEMA = f"bench_step_raw_{os.getpid()}"  # per process: runs may overlap
 
     def __init__(self, concurrency: int) -> None:
         self._concurrency = concurrency
@@ -355,6 +361,7 @@ class RawPostgres(Contender):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+            await _drop_schema(self.SCHEMA)
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:
