@@ -148,9 +148,12 @@ class ActorSystem:
         """Every row of the run, in ``seq`` order."""
         return await self._runs.history(execution_id)
 
-    async def pending(self) -> list[PendingInterrupt]:
-        """The pending interrupts of every paused run, newest first."""
-        return await self._runs.pending()
+    async def pending(
+        self, *, limit: int | None = None, after: PendingInterrupt | None = None
+    ) -> list[PendingInterrupt]:
+        """The pending interrupts of paused runs, newest first: all of them, or a page of ``limit``
+        after ``after`` (the last entry of the previous page)."""
+        return await self._runs.pending(limit=limit, after=after)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete old rows by rule 10 of ``docs/durability.md`` (never a pause or what a resume needs)."""

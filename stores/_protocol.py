@@ -64,8 +64,19 @@ class Store(Protocol):
     async def history(self, execution_id: str) -> list[Checkpoint]:
         """Every row of the run in ``seq`` order."""
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first; all runs, or one."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first (by ``created_at``, then ``execution_id``); all runs, or one.
+
+        ``limit`` caps the page; ``after`` (the last entry of the previous page) starts the page
+        after it, by position, so paging holds when that run is resumed meanwhile. A page is one
+        index range scan: it costs the same however many runs are paused.
+        """
 
     async def heads(
         self,

@@ -18,7 +18,7 @@ from typing import Any, Final
 import anyio
 import asyncpg
 
-from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
 from .._codec import (
     DEFAULT_MAX_ROW_BYTES,
     encode_cache_value,
@@ -303,14 +303,27 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             recs = await pool.fetch(self._sql["history"], execution_id)
         return decode_many(recs)
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
+        check_page(limit, after)
         pool = await self._ready()
         with self._lost():
-            if execution_id is None:
-                recs = await pool.fetch(self._sql["pending_all"])
+            if execution_id is not None:
+                # One run has at most one pending row (its primary key): ``limit`` cannot cut it.
+                cursor = (None, None) if after is None else (after.created_at, after.execution_id)
+                recs = await pool.fetch(self._sql["pending_one"], execution_id, *cursor)
+            elif after is None:
+                recs = await pool.fetch(self._sql["pending_page"], limit)
             else:
-                recs = await pool.fetch(self._sql["pending_one"], execution_id)
+                recs = await pool.fetch(
+                    self._sql["pending_after"], limit, after.created_at, after.execution_id
+                )
         return [pending_of(r) for r in recs]
 
     async def heads(

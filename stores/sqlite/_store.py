@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
     StoreUnavailable,
@@ -52,6 +52,7 @@ from ._rows import (
     load_log,
     lower_outbox_mark,
     pending_of,
+    pending_query,
     prune,
     raise_outbox_mark,
     row_where,
@@ -420,18 +421,19 @@ class SQLiteStore(BaseStore, GroupCommit):
             lambda conn: rows_where(conn, Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
         )
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first; all runs, or one."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
+        check_page(limit, after)
+        sql, args = pending_query(execution_id, limit, after)
 
         def run(conn: sqlite3.Connection) -> list[PendingInterrupt]:
-            where, args = (
-                ("WHERE execution_id = ?", (execution_id,)) if execution_id is not None else ("", ())
-            )
-            cursor = conn.execute(
-                f"SELECT {PENDING_COLUMNS} FROM pending_interrupts {where} ORDER BY created_at DESC, rowid DESC",
-                args,
-            )
-            return [pending_of(found) for found in cursor]
+            return [pending_of(found) for found in conn.execute(sql, args)]
 
         return await self._read(run)
 

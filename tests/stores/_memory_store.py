@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from stores._base import check_page
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
 from stores._heads import RunHead, check_heads_arguments
@@ -191,9 +192,20 @@ class MemoryStore:
     async def history(self, execution_id: str) -> list[Checkpoint]:
         return self._sorted(execution_id)
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        check_page(limit, after)
         found = [p for e, p in self.db.pending.items() if execution_id is None or e == execution_id]
-        return sorted(found, key=lambda p: p.created_at, reverse=True)
+        if after is not None:
+            found = [
+                p for p in found if (p.created_at, p.execution_id) < (after.created_at, after.execution_id)
+            ]
+        return sorted(found, key=lambda p: (p.created_at, p.execution_id), reverse=True)[:limit]
 
     async def heads(
         self,
