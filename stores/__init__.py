@@ -32,6 +32,7 @@ from ._errors import (
     TetherError,
     WriteConflict,
 )
+from ._heads import ROW_STATES, RunHead, row_state
 from ._json import MAX_DEPTH as MAX_JSON_DEPTH
 from ._json import canonical_json
 from ._json import decode as decode_json
@@ -96,6 +97,7 @@ __all__ = [
     "REENTRY_SEQ",
     "RESUME",
     "RESUME_KEY",
+    "ROW_STATES",
     "RUN_END",
     "STATUSES",
     "TOOL_CALL",
@@ -115,6 +117,7 @@ __all__ = [
     "ReplicatedStore",
     "RowTooLarge",
     "RunExists",
+    "RunHead",
     "RunNotFound",
     "SQLiteStore",
     "SerializationError",
@@ -136,6 +139,7 @@ __all__ = [
     "open_store",
     "parse_node_id",
     "parse_path",
+    "row_state",
     "tool_node",
     "tool_path",
     "turn_node",

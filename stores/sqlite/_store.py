@@ -18,7 +18,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -37,6 +37,7 @@ from .._errors import (
     store_closed,
 )
 from .._flight import single_claim
+from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
@@ -48,6 +49,7 @@ from ._rows import (
     LOG_LENGTH,
     PENDING_COLUMNS,
     Ctx,
+    dt,
     load_log,
     lower_outbox_mark,
     pending_of,
@@ -446,6 +448,32 @@ class SQLiteStore(BaseStore, GroupCommit):
 
         return await self._read(run)
 
+    async def heads(
+        self,
+        *,
+        execution_id: str | None = None,
+        runner: str | None = None,
+        state: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunHead]:
+        """Each run's newest row, summarised, newest first (see :meth:`Store.heads`)."""
+        check_heads_arguments(state, limit)
+        sql, args = heads_query(
+            "checkpoints",
+            lambda _: "?",
+            execution_id=execution_id,
+            runner=runner,
+            state=state,
+            before=None if before is None else (ts(before[0]), before[1]),
+            limit=limit,
+        )
+
+        def run(conn: sqlite3.Connection) -> list[RunHead]:
+            return [head_of(found, dt(found[8])) for found in conn.execute(sql, args)]
+
+        return await self._read(run)
+
     def _seed(self, execution_id: str, rows: Iterable[Checkpoint | None], ctx: Ctx) -> None:
         """Remember the full logs of the rows just read, so a resumed run does not copy them again."""
         for row in rows:
@@ -557,3 +585,8 @@ class SQLiteStore(BaseStore, GroupCommit):
         """Release the run's ownership lock if this store holds it."""
         check_execution_id(execution_id)
         self._locks.release(execution_id)
+
+    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs a live owner holds (a lock test, no lock taken; microseconds each)."""
+        self._refuse_closed()
+        return self._locks.owned(execution_ids)
