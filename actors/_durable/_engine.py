@@ -55,7 +55,7 @@ from ._errors import MaxTurnsExceeded, ResumeRequired
 from ._interrupt import PauseSignal
 from ._messages import Resume
 from ._result import RunResult
-from ._runlog import RunLog
+from ._runlog import RunLog, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine"]
 
@@ -249,6 +249,7 @@ class RunEngine:
                 store=self.store,
                 node_id=row.node_id,
                 resume=resume,
+                step=step_seq(row),
             ):
                 outcome = await tool.invoke(call.arguments)
         except PauseSignal as signal:
