@@ -183,9 +183,11 @@ class Runs:
             raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
         return rows
 
-    async def pending(self) -> list[PendingInterrupt]:
-        """Every paused run's pending interrupt, newest first."""
-        return await (await self._store()).pending()
+    async def pending(
+        self, *, limit: int | None = None, after: PendingInterrupt | None = None
+    ) -> list[PendingInterrupt]:
+        """Paused runs' pending interrupts, newest first (a page of ``limit`` after ``after``)."""
+        return await (await self._store()).pending(limit=limit, after=after)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete rows older than ``older_than`` by rule 10 of ``docs/durability.md``; returns rows deleted."""

@@ -121,5 +121,6 @@ async def body(proof: Proof, system: ActorSystem) -> None:
             told,
         )
 
+
 if __name__ == "__main__":
     main(4, __doc__ or "", body)
