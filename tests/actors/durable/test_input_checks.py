@@ -47,9 +47,9 @@ async def test_spawn_input_of_a_wrong_type_is_a_type_error_naming_it(
             with pytest.raises(TypeError, match=words):
                 await system.spawn(agent, given, execution_id="typed-1")
             assert await store.history("typed-1") == []
-            result = await (await system.spawn(agent, [Message("user", "hi")], execution_id="typed-1")).result(
-                timeout=5
-            )
+            result = await (
+                await system.spawn(agent, [Message("user", "hi")], execution_id="typed-1")
+            ).result(timeout=5)
             assert result.status == "completed"
 
 
