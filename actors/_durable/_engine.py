@@ -66,7 +66,7 @@ from ._messages import (
     TakeTurn,
 )
 from ._result import RunResult
-from ._runlog import RunLog
+from ._runlog import RunLog, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine"]
 
@@ -299,6 +299,7 @@ class RunEngine:
                 store=self.store,
                 node_id=row.node_id,
                 resume=resume,
+                step=step_seq(row),
             ):
                 outcome = await tool.invoke(call.arguments)
         except PauseSignal as signal:
