@@ -11,10 +11,10 @@ import sqlite3
 from pathlib import Path
 
 import anyio
+from test_cli import refusal, run
 
 from stores import SQLiteStore
 from stores.testing import make_message, make_row
-from test_cli import refusal, run
 
 
 def _store_with_runs(path: Path) -> None:
