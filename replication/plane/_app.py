@@ -116,7 +116,14 @@ def create_app(keys: Mapping[str, str], open_store: Callable[[str], Store]) -> S
         tenant = await tenant_of(request)
         if isinstance(tenant, Response):
             return tenant
-        return _json({"runs": await tenant.runs()})
+        status = request.query_params.get("status")
+        limit = request.query_params.get("limit", "100")
+        if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+            return _error(422, "limit must be an integer from 1 to 1000")
+        try:
+            return _json({"runs": await tenant.runs(status=status, limit=int(limit))})
+        except ValueError as exc:
+            return _error(422, str(exc))
 
     async def healthz(request: Request) -> Response:
         return _json({"ok": True})

@@ -14,7 +14,6 @@ import anyio
 import msgspec
 
 from stores import (
-    RUN_END,
     Checkpoint,
     Store,
     StoreError,
@@ -23,14 +22,12 @@ from stores import (
     encode_json,
 )
 
-from .._wire import CacheItem, Conversations, Item, Rebuilder, cache_item
+from .._wire import CacheItem, Conversations, Item, Rebuilder, cache_item, resource_type
 
-__all__ = ["MAX_ITEM_BYTES", "RUNS_INDEX", "Tenant", "parse_keys"]
+__all__ = ["MAX_ITEM_BYTES", "Tenant", "parse_keys"]
 
 #: The largest JSON encoding of one item the plane takes (larger: rejected per item).
 MAX_ITEM_BYTES: Final = 1024 * 1024
-#: The cache "run" under which a tenant's store records the ids of its runs (for ``GET /runs``).
-RUNS_INDEX: Final = "~plane/runs"
 
 
 def parse_keys(pairs: list[str]) -> dict[str, str]:
@@ -54,7 +51,6 @@ class Tenant:
         self.name = name
         self.store = store
         self._rebuild = Rebuilder(self._held)
-        self._runs: set[str] = set()
 
     async def _held(self, execution_id: str, log: str) -> list[Any] | None:
         """What the store holds of a conversation: the messages of its newest row there."""
@@ -145,9 +141,6 @@ class Tenant:
             except TetherError as exc:  # WriteConflict, RunExists: another row holds its place
                 refused[row.checkpoint_id] = f"{type(exc).__name__}: {exc}"
                 continue
-            if row.execution_id not in self._runs:
-                await store.cache_put(RUNS_INDEX, row.execution_id, True)
-                self._runs.add(row.execution_id)
 
     async def run(self, execution_id: str) -> dict[str, Any] | None:
         """``{"checkpoints": [...], "cache": [...]}`` of one run, or ``None``."""
@@ -165,35 +158,24 @@ class Tenant:
         row = await self.store.latest(execution_id)
         return None if row is None else Conversations().items([row])[0]
 
-    async def runs(self) -> list[dict[str, Any]]:
-        """Run health: one summary per run, from its rows alone, newest first."""
-        ids = [e.key for e in await self.store.cache_entries(RUNS_INDEX)]  # type: ignore[attr-defined]
+    async def runs(self, *, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Run health: one summary per run from its rows alone (its head), newest first."""
         out = []
-        for eid in ids:
-            rows = await self.store.history(eid)
-            if not rows:
-                continue
-            newest = rows[-1]
+        for head in await self.store.heads(state=status, limit=limit):
+            newest = await self.store.latest(head.execution_id)
             out.append(
                 {
-                    "execution_id": eid,
-                    "runner": newest.runner,
-                    "resource_type": Conversations().items([rows[0]])[0].resource_type,
-                    "status": _status(newest),
-                    "node_id": newest.node_id,
-                    "step_index": newest.step_index,
-                    "checkpoints": len(rows),
-                    "updated_at": newest.created_at,
+                    "execution_id": head.execution_id,
+                    "runner": head.runner,
+                    "resource_type": resource_type(head.agent_path),
+                    "status": head.state,
+                    "node_id": head.node_id,
+                    "step_index": newest.step_index if newest is not None else 0,
+                    "checkpoints": head.rows,
+                    "updated_at": head.updated_at,
                 }
             )
-        out.sort(key=lambda r: r["updated_at"], reverse=True)
         return out
-
-
-def _status(newest: Checkpoint) -> str:
-    if newest.step_type == RUN_END:
-        return "completed" if newest.status == "completed" else "failed"
-    return "paused" if newest.status == "interrupted" else "unfinished"
 
 
 def _rejected(checkpoint_id: str, reason: str, *, resend: bool = False) -> dict[str, Any]:

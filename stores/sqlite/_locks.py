@@ -15,6 +15,7 @@ import hashlib
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Final
 
 from .._errors import StoreUnavailable
@@ -22,6 +23,7 @@ from .._errors import StoreUnavailable
 __all__ = ["FileLocks"]
 
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
+_F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _FLOCK: Final = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
 
 # Ownership locks held in this process, by (lock file, execution_id): a second holder is refused
@@ -79,6 +81,28 @@ class FileLocks:
             raise StoreUnavailable(f"cannot lock {self.path!r}: {exc}") from exc
         self._locks[offset] = execution_id
         return True
+
+    def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs anyone holds, tested with ``F_OFD_GETLK`` on a descriptor of its own
+        (a test takes no lock). No lock file yet: nobody owns anything."""
+        with _held_guard:
+            found = {eid for eid in execution_ids if (self._key, eid) in _held}
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return found
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot open the lock file {self.path!r}: {exc}") from exc
+        try:
+            for eid in execution_ids:
+                if eid in found:
+                    continue
+                probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, _offset(eid), 1, 0)
+                if struct.unpack(_FLOCK, fcntl.fcntl(fd, _F_OFD_GETLK, probe))[0] != fcntl.F_UNLCK:
+                    found.add(eid)
+        finally:
+            os.close(fd)
+        return found
 
     def release(self, execution_id: str) -> None:
         """Release the run's lock if held here."""

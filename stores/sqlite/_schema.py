@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -97,6 +97,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
         "(SELECT coalesce(max(id), 0) + 1 FROM checkpoints))",
         "DROP INDEX IF EXISTS checkpoints_unsynced",
     ),
+    # pending() pages by a keyset range of this index, newest first.
+    4: ("CREATE INDEX IF NOT EXISTS pending_created ON pending_interrupts (created_at, execution_id)",),
 }
 
 
