@@ -17,6 +17,7 @@ from . import (
     inspect,
     migrate,
     pending,
+    plane,
     prune,
     resume,
     runs,
@@ -41,6 +42,7 @@ COMMANDS: tuple[Command, ...] = (
     prune.COMMAND,
     migrate.COMMAND,
     check.COMMAND,
+    plane.COMMAND,
     inspect.COMMAND,
     bench.COMMAND,
 )
