@@ -18,6 +18,7 @@ from typing import Final, Self, TypeVar
 from ._codec import LogAppend, MessageLogs, StoredRow
 from ._errors import log_kept_changing, store_closed
 from ._model import Checkpoint
+from ._owners import OwnedStore, Ownership
 
 __all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState"]
 
@@ -44,16 +45,18 @@ class LogMoved(Exception):
     """The message log in the database is not what the plan assumed; the write is planned again."""
 
 
-class BaseStore:
+class BaseStore(OwnedStore):
     """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
 
-    Hooks a backend overrides: :meth:`setup`, :meth:`close`, and :meth:`_recall` (load a
-    continuing run's log before planning, when the backend does that).
+    Hooks a backend overrides: :meth:`setup`, :meth:`close`, :meth:`_recall` (load a
+    continuing run's log before planning, when the backend does that), and the ownership hooks of
+    :class:`~stores._owners.OwnedStore`.
     """
 
     def __init__(self, *, max_row_bytes: int) -> None:
         self._logs = MessageLogs(max_row_bytes=max_row_bytes)
         self._state = StoreState.NEW
+        self._own = Ownership(self)
 
     async def setup(self) -> None:
         raise NotImplementedError
@@ -86,6 +89,7 @@ class BaseStore:
         other failure also drops the memory (a failed write may have left it ahead of the database).
         """
         eid = row.execution_id
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         try:
             for _ in range(REPLAN_BUDGET):
                 if plan is None:

@@ -7,7 +7,7 @@ future; the writer thread commits everything queued in one transaction. Reads us
 connection (WAL readers never block the writer) and are one thread hop per method, each in one read
 transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
 never suspend, so it is driven to completion synchronously (:func:`stores._reentry.run_sync`).
-The ownership lock is :mod:`stores.sqlite._locks`.
+Ownership (one lock per owner id, a ``run_owners`` row per run) is :mod:`stores.sqlite._locks`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utc
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, retry_busy
-from ._locks import FileLocks
+from ._locks import LivenessFile, orphan_rows, release_row, take_row
 from ._rows import (
     INSERT_ROW,
     LOG_LENGTH,
@@ -96,7 +96,7 @@ class SQLiteStore(BaseStore, GroupCommit):
         self._setup_lock = asyncio.Lock()
         self._queue = []
         self._drain = None
-        self._locks = FileLocks(self.lock_path)
+        self._liveness = LivenessFile(self.lock_path, self._own)
         self._write_lock = file_lock(self.path)
         self._db_key = os.path.realpath(self.path)
         self.transactions = 0
@@ -141,7 +141,7 @@ class SQLiteStore(BaseStore, GroupCommit):
             if self._drain is not None:
                 await asyncio.wait({self._drain})
             await self._close_connections()
-        self._locks.release_all()
+        self._liveness.close()
 
     async def _close_connections(self) -> None:
         for thread in (self._writer, self._reader):
@@ -348,6 +348,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert the entry if absent; return the stored value (the first writer's)."""
+        self._own.check(execution_id)
         body = encode_cache_value(execution_id, key, value)
         now = ts(utcnow())
 
@@ -532,13 +533,23 @@ class SQLiteStore(BaseStore, GroupCommit):
             for eid in runs:
                 self._logs.forget(eid)
 
-    # ------------------------------------------------------------------ the ownership lock
+    # ------------------------------------------------------------------ ownership (stores._owners)
 
-    async def try_lock(self, execution_id: str) -> bool:
-        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
+    async def _hold(self) -> str:
         self._refuse_closed()
-        return self._locks.try_lock(execution_id)
+        await self._ensure()
+        return self._liveness.hold()
 
-    async def unlock(self, execution_id: str) -> None:
-        """Release the run's ownership lock if this store holds it."""
-        self._locks.release(execution_id)
+    async def _take_row(self, execution_id: str, owner: str) -> bool:
+        lock = self._liveness
+        return await self._write(lambda c: take_row(c, execution_id, owner, lock))
+
+    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
+        await self._write(lambda c: release_row(c, execution_id, owner, queue))
+
+    async def _orphan_rows(self, limit: int) -> list[str]:
+        lock = self._liveness
+        return await self._read(lambda c: orphan_rows(c, limit, lock))
+
+    def _probe(self) -> None:
+        self._liveness.probe()

@@ -392,7 +392,7 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
             [*more, {"role": "user", "content": "a7"}],
         ]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
     assert "messages" not in tables
@@ -409,7 +409,10 @@ async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path
         for one in rows:
             await store.append(one)
     conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE outbox")  # back to schema 2: the index, no mark
+    conn.execute("DROP TABLE outbox")  # back to schema 2: the index, no mark (and no schema 4)
+    conn.execute("DROP TABLE run_owners")
+    conn.execute("DROP INDEX pending_interrupts_expiry")
+    conn.execute("ALTER TABLE pending_interrupts DROP COLUMN expires_at")
     v1 = _MIGRATIONS[1]
     assert isinstance(v1, tuple)
     conn.execute(next(s for s in v1 if "checkpoints_unsynced" in s))
