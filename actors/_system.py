@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
-from ._durable import RunRef, Runs
+from ._durable import RunRef, Runs, list_runs, run_status
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from stores import Checkpoint, PendingInterrupt, Store
 
     from ._core import Actor, ActorRef, RestartIntensityExceeded
-    from ._durable import Cancel, Recover, Resume, Runner, RunResult
+    from ._durable import Cancel, Recover, Resume, Runner, RunResult, RunSummary
     from .models import Message
 
 __all__ = ["ActorSystem"]
@@ -148,13 +148,28 @@ class ActorSystem:
         """Every row of the run, in ``seq`` order."""
         return await self._runs.history(execution_id)
 
-    async def pending(self) -> list[PendingInterrupt]:
-        """The pending interrupts of every paused run, newest first."""
-        return await self._runs.pending()
+    async def pending(
+        self, *, limit: int | None = None, after: PendingInterrupt | None = None
+    ) -> list[PendingInterrupt]:
+        """The pending interrupts of paused runs, newest first: all of them, or a page of ``limit``
+        after ``after`` (the last entry of the previous page)."""
+        return await self._runs.pending(limit=limit, after=after)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete old rows by rule 10 of ``docs/durability.md`` (never a pause or what a resume needs)."""
         return await self._runs.prune(older_than)
+
+    async def status(self, execution_id: str) -> RunSummary:
+        """How the run stands (completed, failed, paused, running, orphaned, queued), from the store
+        and the ownership locks, for a run of any process; ``RunNotFound`` for an unknown run.
+        Reading it takes no lock."""
+        return await run_status(await self._durable_store(), execution_id)
+
+    async def runs(
+        self, *, status: str | None = None, runner: str | None = None, limit: int = 100
+    ) -> list[RunSummary]:
+        """Up to ``limit`` runs of the store, newest first, optionally of one status and runner."""
+        return await list_runs(await self._durable_store(), status=status, runner=runner, limit=limit)
 
     async def _durable_store(self) -> Store:
         """The store, opening the default ``SQLiteStore("tether.db")`` on first durable use (the

@@ -29,6 +29,7 @@ from ._errors import (
     TetherError,
     WriteConflict,
 )
+from ._heads import ROW_STATES, RunHead, row_state
 from ._json import canonical_json
 from ._json import decode as decode_json
 from ._json import encode as encode_json
@@ -90,6 +91,7 @@ __all__ = [
     "REENTRY_SEQ",
     "RESUME",
     "RESUME_KEY",
+    "ROW_STATES",
     "RUN_END",
     "STATUSES",
     "TOOL_CALL",
@@ -109,6 +111,7 @@ __all__ = [
     "ReplicatedStore",
     "RowTooLarge",
     "RunExists",
+    "RunHead",
     "RunNotFound",
     "SQLiteStore",
     "SerializationError",
@@ -128,6 +131,7 @@ __all__ = [
     "open_store",
     "parse_node_id",
     "parse_path",
+    "row_state",
     "tool_node",
     "tool_path",
     "turn_node",

@@ -17,10 +17,10 @@ from typing import Final, Self, TypeVar
 
 from ._codec import LogAppend, MessageLogs, StoredRow
 from ._errors import log_kept_changing, store_closed
-from ._model import Checkpoint
+from ._model import Checkpoint, PendingInterrupt
 from ._owners import OwnedStore, Ownership
 
-__all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState"]
+__all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState", "check_page"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,19 @@ REPLAN_BUDGET: Final = 3
 
 #: A row planned for storage: its columns and the messages it adds to its log.
 Plan = tuple[StoredRow, LogAppend | None]
+
+
+def check_page(limit: int | None, after: PendingInterrupt | None) -> None:
+    """Refuse a ``pending()`` page request of the wrong type (``TypeError``) or size (``ValueError``)."""
+    if limit is not None and (type(limit) is not int or limit < 1):
+        if type(limit) is not int:
+            raise TypeError(f"pending(limit=...) takes a positive int or None, not {type(limit).__name__}")
+        raise ValueError(f"pending(limit=...) must be at least 1, not {limit}")
+    if after is not None and not isinstance(after, PendingInterrupt):
+        raise TypeError(
+            "pending(after=...) takes the last PendingInterrupt of the previous page or None, "
+            f"not {type(after).__name__}"
+        )
 
 
 class StoreState(enum.Enum):

@@ -18,7 +18,7 @@ release would leave them unowned and unfindable). The next run taken gets a fres
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import anyio
@@ -33,6 +33,10 @@ LOGGER: Final = logging.getLogger("tether")
 
 #: Bound on taking a run (one statement, shielded so its outcome is always known; seconds).
 _TAKE_TIMEOUT: Final = 30.0
+#: Pauses between re-checks of a run refused as held by a live owner (seconds); ``None`` ends them.
+#: A killed owner's lock is freed a few ms after its process is gone (PostgreSQL: up to ~8 ms
+#: measured), so a refusal re-checks within a bounded ~75 ms before it says "held by a live owner".
+_TAKE_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
 #: What a listener is told: the ids of the runs just abandoned.
 Listener = Callable[[list[str]], object]
 
@@ -142,6 +146,10 @@ class OwnedStore:
         """Delete the run's ``run_owners`` row if ``owner`` holds it (``queue``: leave it ownerless)."""
         raise NotImplementedError
 
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs name an owner whose liveness lock is held."""
+        raise NotImplementedError
+
     async def _orphan_rows(self, limit: int) -> list[str]:
         """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
         raise NotImplementedError
@@ -158,22 +166,30 @@ class OwnedStore:
             return False
         taken: str | None = None
         try:
-            owner = await self._hold()
-            # Shielded (and bounded): a take's outcome must be known, or its row could outlive it.
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
-                took = await self._take_row(execution_id, owner)
-            if scope.cancelled_caught:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
-                    await self._release_row(execution_id, owner, queue=False)
-                raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
-            if took:
-                taken = owner
+            for pause in _TAKE_RECHECKS:
+                owner = await self._hold()
+                if await self._take_once(execution_id, owner):
+                    taken = owner
+                    break
+                if pause is None:
+                    break
+                await anyio.sleep(pause)
         finally:
             own.end(execution_id, taken)
         if taken is not None and own.is_lost(taken):
             # The lock went while the row was written: the run is abandoned like every other.
             own.check(execution_id)
         return taken is not None
+
+    async def _take_once(self, execution_id: str, owner: str) -> bool:
+        # Shielded (and bounded): a take's outcome must be known, or its row could outlive it.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
+            took = await self._take_row(execution_id, owner)
+        if scope.cancelled_caught:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
+                await self._release_row(execution_id, owner, queue=False)
+            raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
+        return took
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's ownership if this store holds it (an abandoned run's row stays)."""
@@ -192,6 +208,13 @@ class OwnedStore:
         lock. Oldest first, at most ``limit``; never a run a live owner holds."""
         await self._hold()
         return await self._orphan_rows(limit)
+
+    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs a live owner holds (any process, this one included), read without
+        taking or waiting for any lock another process could need."""
+        if not execution_ids:
+            return set()
+        return await self._owned_rows(list(execution_ids))
 
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""

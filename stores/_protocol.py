@@ -7,9 +7,10 @@ does not replicate (``isinstance(store, ReplicatedStore)`` is how the replicator
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from ._heads import RunHead
 from ._model import Cached, Checkpoint, PendingInterrupt, ReEntry
 
 __all__ = ["ReplicatedStore", "Store"]
@@ -63,8 +64,39 @@ class Store(Protocol):
     async def history(self, execution_id: str) -> list[Checkpoint]:
         """Every row of the run in ``seq`` order."""
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first; all runs, or one."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first (by ``created_at``, then ``execution_id``); all runs, or one.
+
+        ``limit`` caps the page; ``after`` (the last entry of the previous page) starts the page
+        after it, by position, so paging holds when that run is resumed meanwhile. A page is one
+        index range scan: it costs the same however many runs are paused.
+        """
+
+    async def heads(
+        self,
+        *,
+        execution_id: str | None = None,
+        runner: str | None = None,
+        state: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunHead]:
+        """Each run's newest row, summarised, newest first (by its ``created_at``, then id).
+
+        Filters: one run, a runner's name, a row state (``completed``, ``failed``, ``paused``,
+        ``unfinished``); ``before`` is the ``(updated_at, execution_id)`` of the previous page's last
+        head. An unknown state or a limit below 1 raises ``ValueError`` before any I/O.
+        """
+
+    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs a live owner holds (any process, this one included), read without
+        taking or waiting for any lock another process could need."""
 
     async def delete_run(self, execution_id: str) -> int:
         """Delete a run's rows, messages, pending row and cache in one transaction; returns rows deleted."""

@@ -12,6 +12,7 @@ from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFo
 from ._idempotent import idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
+from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
 from ._tools import tool
@@ -25,6 +26,7 @@ __all__ = [
     "ResumeRequired",
     "RunRef",
     "RunResult",
+    "RunSummary",
     "Runner",
     "RunnerNotFound",
     "Runs",
@@ -32,5 +34,7 @@ __all__ = [
     "current_run",
     "idempotent",
     "interrupt",
+    "list_runs",
+    "run_status",
     "tool",
 ]

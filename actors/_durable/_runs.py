@@ -80,6 +80,11 @@ class Runs:
 
     ``runtime`` hosts the run actors (keyed by ``execution_id``); ``store`` returns the store, opening
     it on first use; ``runners`` are the runners this process can resume by name.
+
+    A runner is identified by its name: two objects with one name are two builds of one runner (a
+    web handler may build a fresh ``Agent`` per request). ``spawn`` runs with the object it is given;
+    a resume by name takes the runner given in ``runners``, else the one most recently spawned under
+    that name in this process.
     """
 
     def __init__(
@@ -88,17 +93,17 @@ class Runs:
         self._runtime = runtime
         self._store = store
         self._live: dict[str, RunActor] = {}
-        self._runners: dict[str, Agent] = {}
-        for runner in runners:
-            self._register(runner)
+        # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
+        self._given: dict[str, Agent] = {_checked_runner(runner).name: runner for runner in runners}
+        self._spawned: dict[str, Agent] = {}
 
     # -- writes -----------------------------------------------------------------------------------
 
     async def spawn(
         self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
-        """Start a durable run; raises ``RunExists`` when ``execution_id`` already has rows."""
-        self._register(runner)
+        """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
+        self._spawned[_checked_runner(runner).name] = runner
         run_id = execution_id if execution_id is not None else new_id()
         messages: list[Message] = []
         if runner.instructions:
@@ -178,9 +183,11 @@ class Runs:
             raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
         return rows
 
-    async def pending(self) -> list[PendingInterrupt]:
-        """Every paused run's pending interrupt, newest first."""
-        return await (await self._store()).pending()
+    async def pending(
+        self, *, limit: int | None = None, after: PendingInterrupt | None = None
+    ) -> list[PendingInterrupt]:
+        """Paused runs' pending interrupts, newest first (a page of ``limit`` after ``after``)."""
+        return await (await self._store()).pending(limit=limit, after=after)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete rows older than ``older_than`` by rule 10 of ``docs/durability.md``; returns rows deleted."""
@@ -208,16 +215,9 @@ class Runs:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _register(self, runner: object) -> None:
-        if not isinstance(runner, Agent):
-            raise TypeError(f"a runner is an Agent, not {type(runner).__name__}")
-        known = self._runners.get(runner.name)
-        if known is not None and known is not runner:
-            raise ValueError(f"two different runners are named {runner.name!r}")
-        self._runners[runner.name] = runner
-
     def _runner(self, name: str, execution_id: str) -> Agent:
-        runner = self._runners.get(name)
+        """The runner a resume of ``execution_id`` uses: the one given by ``name``, else the newest spawned."""
+        runner = self._given.get(name) or self._spawned.get(name)
         if runner is None:
             raise RunnerNotFound(name, execution_id=execution_id)
         return runner
@@ -239,3 +239,9 @@ class Runs:
         if reply.error is not None and reply.done.is_set():
             raise reply.error
         return RunRef(self, execution_id, reply)
+
+
+def _checked_runner(runner: object) -> Agent:
+    if not isinstance(runner, Agent):
+        raise TypeError(f"a runner is an Agent, not {type(runner).__name__}")
+    return runner

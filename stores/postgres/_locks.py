@@ -65,6 +65,9 @@ SELECT execution_id FROM (
     (SELECT execution_id, since FROM {{s}}.run_owners WHERE owner_key IN (SELECT owner_key FROM dead)
      ORDER BY since LIMIT $1)
 ) found ORDER BY since LIMIT $1""",
+    "owned": f"""
+SELECT execution_id FROM {{s}}.run_owners
+WHERE execution_id = ANY($1::text[]) AND owner_key IN ({_HELD_KEYS})""",
     "owner_pid": """
 SELECT l.pid FROM {s}.run_owners o JOIN pg_locks l
   ON l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted

@@ -15,7 +15,7 @@ from .._errors import newer_schema
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -96,8 +96,10 @@ WHERE c.id = x.id AND x.chunk IS NOT NULL;
 DROP TABLE {s}.messages;
 """,
     ),
+    # pending() pages by a keyset range of this index, newest first.
+    (3, "CREATE INDEX pending_interrupts_created_idx ON {s}.pending_interrupts (created_at, execution_id);"),
     (
-        3,
+        4,
         # Ownership: the owner id (and its advisory key) recorded with each owned run; no owner
         # means queued for the fleet. Rows exist only while a run is owned or queued, so finding
         # work never reads the resting runs. A pause may carry a deadline (pause expiry).

@@ -127,8 +127,13 @@ SELECT checkpoint_id FROM r""",
     "WHERE c.execution_id = $1 ORDER BY c.seq",
     "unsynced": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM "
     "(SELECT * FROM {s}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1) c ORDER BY c.id",
-    "pending_all": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts ORDER BY created_at DESC, id DESC",
-    "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1",
+    # pending(): a keyset range of pending_interrupts_created_idx, newest first; LIMIT NULL is no limit.
+    "pending_page": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts "
+    "ORDER BY created_at DESC, execution_id DESC LIMIT $1",
+    "pending_after": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts "
+    "WHERE (created_at, execution_id) < ($2, $3) ORDER BY created_at DESC, execution_id DESC LIMIT $1",
+    "pending_one": f"SELECT {_PENDING_COLS} FROM {{s}}.pending_interrupts WHERE execution_id = $1 "
+    "AND ($2::timestamptz IS NULL OR (created_at, execution_id) < ($2, $3::text))",
     "delete_run": """
 WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
 p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),

@@ -10,15 +10,15 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import anyio
 import asyncpg
 
-from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
 from .._codec import (
     DEFAULT_MAX_ROW_BYTES,
     encode_cache_value,
@@ -29,6 +29,7 @@ from .._codec import (
 )
 from .._errors import StoreError, no_checkpoints, no_pause, run_exists, store_closed
 from .._flight import single_claim
+from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
@@ -299,15 +300,53 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             recs = await pool.fetch(self._sql["history"], execution_id)
         return decode_many(recs)
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
+        check_page(limit, after)
         pool = await self._ready()
         with self._lost():
-            if execution_id is None:
-                recs = await pool.fetch(self._sql["pending_all"])
+            if execution_id is not None:
+                # One run has at most one pending row (its primary key): ``limit`` cannot cut it.
+                cursor = (None, None) if after is None else (after.created_at, after.execution_id)
+                recs = await pool.fetch(self._sql["pending_one"], execution_id, *cursor)
+            elif after is None:
+                recs = await pool.fetch(self._sql["pending_page"], limit)
             else:
-                recs = await pool.fetch(self._sql["pending_one"], execution_id)
+                recs = await pool.fetch(
+                    self._sql["pending_after"], limit, after.created_at, after.execution_id
+                )
         return [pending_of(r) for r in recs]
+
+    async def heads(
+        self,
+        *,
+        execution_id: str | None = None,
+        runner: str | None = None,
+        state: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunHead]:
+        """Each run's newest row, summarised, newest first (see :meth:`Store.heads`)."""
+        check_heads_arguments(state, limit)
+        sql, params = heads_query(
+            f'"{self.schema}".checkpoints',
+            lambda n: f"${n}",
+            execution_id=execution_id,
+            runner=runner,
+            state=state,
+            before=before,
+            limit=limit,
+        )
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(sql, *params)
+        return [head_of(tuple(rec), rec["created_at"]) for rec in recs]
 
     def _seed(self, rows: Iterable[tuple[Checkpoint, asyncpg.Record]]) -> None:
         """Remember the full log of each conversation read (newest row first wins)."""
@@ -435,6 +474,11 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
                 await pool.fetchval(self._owner_sql["queue"], execution_id, owner, self.work_channel)
             else:
                 await pool.execute(self._owner_sql["release"], execution_id, owner)
+
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        pool = await self._ready()
+        with self._lost():
+            return {r[0] for r in await pool.fetch(self._owner_sql["owned"], list(execution_ids))}
 
     async def _orphan_rows(self, limit: int) -> list[str]:
         pool = await self._ready()

@@ -25,13 +25,14 @@ import sqlite3
 import struct
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Final
 
 from .._errors import StoreUnavailable
 from .._model import new_id
 from .._owners import Ownership
 
-__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "release_row", "take_row"]
+__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "take_row"]
 
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -96,6 +97,8 @@ class LivenessFile:
         fd = self._fd
         if fd is None:
             raise StoreUnavailable(f"the lock file {self.path!r} is not open")
+        if owner == self._owner:
+            return True  # our own lock: a query on our own descriptor does not see it
         found = fcntl.fcntl(fd, _F_OFD_GETLK, _flock(fcntl.F_WRLCK, _offset(owner)))
         kind: int = struct.unpack(_FLOCK, found)[0]
         return kind != fcntl.F_UNLCK
@@ -206,3 +209,18 @@ def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> lis
             f"SELECT execution_id FROM run_owners WHERE {where} ORDER BY since LIMIT ?", (*dead, limit)
         )
     ]
+
+
+def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: LivenessFile | None) -> set[str]:
+    """Which of these runs name an owner whose byte is locked (``lock`` None: no lock file yet)."""
+    found: set[str] = set()
+    for start in range(0, len(execution_ids), 500):
+        chunk = list(execution_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        for eid, owner in conn.execute(
+            f"SELECT execution_id, owner FROM run_owners WHERE owner IS NOT NULL AND execution_id IN ({marks})",
+            chunk,
+        ):
+            if lock is not None and lock.alive(owner):
+                found.add(eid)
+    return found

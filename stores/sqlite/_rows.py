@@ -28,6 +28,7 @@ __all__ = [
     "load_log",
     "lower_outbox_mark",
     "pending_of",
+    "pending_query",
     "prune",
     "raise_outbox_mark",
     "rechunk_rows",
@@ -90,6 +91,29 @@ class Ctx:
         self.logs: dict[str, list[Any]] = {}
         self.row_logs: dict[str, str] = {}
         self.visited: set[int] = set()
+
+
+def pending_query(
+    execution_id: str | None, limit: int | None, after: PendingInterrupt | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement of one ``pending()`` page: a keyset range of the ``pending_created`` index
+    (newest first), so a page reads ``limit`` index entries however many runs are paused."""
+    where: list[str] = []
+    args: list[Any] = []
+    if execution_id is not None:
+        where.append("execution_id = ?")
+        args.append(execution_id)
+    if after is not None:
+        where.append("(created_at, execution_id) < (?, ?)")
+        args += [ts(after.created_at), after.execution_id]
+    sql = f"SELECT {PENDING_COLUMNS} FROM pending_interrupts"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at DESC, execution_id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(limit)
+    return sql, tuple(args)
 
 
 def pending_of(found: Sequence[Any]) -> PendingInterrupt:

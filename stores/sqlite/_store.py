@@ -18,12 +18,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import anyio
 
-from .._base import BaseStore, LogMoved, Plan, StoreState
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
     StoreUnavailable,
@@ -36,20 +36,23 @@ from .._errors import (
     store_closed,
 )
 from .._flight import single_claim
+from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, retry_busy
-from ._locks import LivenessFile, orphan_rows, release_row, take_row
+from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, take_row
 from ._rows import (
     INSERT_ROW,
     LOG_LENGTH,
     PENDING_COLUMNS,
     Ctx,
+    dt,
     load_log,
     lower_outbox_mark,
     pending_of,
+    pending_query,
     prune,
     raise_outbox_mark,
     row_where,
@@ -419,18 +422,45 @@ class SQLiteStore(BaseStore, GroupCommit):
             lambda conn: rows_where(conn, Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
         )
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
-        """Pending interrupts, newest first; all runs, or one."""
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
+        check_page(limit, after)
+        sql, args = pending_query(execution_id, limit, after)
 
         def run(conn: sqlite3.Connection) -> list[PendingInterrupt]:
-            where, args = (
-                ("WHERE execution_id = ?", (execution_id,)) if execution_id is not None else ("", ())
-            )
-            cursor = conn.execute(
-                f"SELECT {PENDING_COLUMNS} FROM pending_interrupts {where} ORDER BY created_at DESC, rowid DESC",
-                args,
-            )
-            return [pending_of(found) for found in cursor]
+            return [pending_of(found) for found in conn.execute(sql, args)]
+
+        return await self._read(run)
+
+    async def heads(
+        self,
+        *,
+        execution_id: str | None = None,
+        runner: str | None = None,
+        state: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunHead]:
+        """Each run's newest row, summarised, newest first (see :meth:`Store.heads`)."""
+        check_heads_arguments(state, limit)
+        sql, args = heads_query(
+            "checkpoints",
+            lambda _: "?",
+            execution_id=execution_id,
+            runner=runner,
+            state=state,
+            before=None if before is None else (ts(before[0]), before[1]),
+            limit=limit,
+        )
+
+        def run(conn: sqlite3.Connection) -> list[RunHead]:
+            return [head_of(found, dt(found[8])) for found in conn.execute(sql, args)]
 
         return await self._read(run)
 
@@ -546,6 +576,11 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
         await self._write(lambda c: release_row(c, execution_id, owner, queue))
+
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        await self._hold()
+        lock = self._liveness
+        return await self._read(lambda c: owned_rows(c, execution_ids, lock))
 
     async def _orphan_rows(self, limit: int) -> list[str]:
         lock = self._liveness

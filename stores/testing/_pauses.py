@@ -17,6 +17,7 @@ from .._model import (
     RECOVER,
     REENTRY_SEQ,
     RESUME,
+    Checkpoint,
     PendingInterrupt,
     utcnow,
 )
@@ -142,3 +143,61 @@ class PauseTests(ConformanceBase):
             )
             assert await store.pending("run-2") == [expected["run-2"]]
             assert await store.pending("nobody") == []
+
+    async def test_pending_pages_cover_every_pause_once_in_order(self, store: Store) -> None:
+        with self.bounded():
+            base = utcnow() - timedelta(minutes=10)
+            made: list[PendingInterrupt] = []
+            for i in range(7):
+                eid = f"run-{i}"
+                await self.write(store, [make_row(eid, 0)])
+                pause = pause_row(eid, 1)
+                # runs 2..4 pause at one instant: the execution_id orders them
+                at = base + timedelta(seconds=3 if 2 <= i <= 4 else i)
+                pending = make_pending(eid, pause, context={"i": i}, created_at=at)
+                await store.append_pause(pause, pending)
+                made.append(pending)
+            newest_first = sorted(made, key=lambda p: (p.created_at, p.execution_id), reverse=True)
+            assert await store.pending() == newest_first
+            pages: list[list[PendingInterrupt]] = []
+            after: PendingInterrupt | None = None
+            while page := await store.pending(limit=3, after=after):
+                pages.append(page)
+                after = page[-1]
+            assert [len(p) for p in pages] == [3, 3, 1]
+            assert [p for page in pages for p in page] == newest_first
+            assert await store.pending(limit=2) == newest_first[:2]
+            assert await store.pending(limit=100) == newest_first
+
+    async def test_pending_page_after_a_run_resumed_meanwhile(self, store: Store) -> None:
+        with self.bounded():
+            base = utcnow() - timedelta(minutes=10)
+            made: list[PendingInterrupt] = []
+            rows_of: dict[str, list[Checkpoint]] = {}
+            for i in range(4):
+                eid = f"run-{i}"
+                first = make_row(eid, 0)
+                await self.write(store, [first])
+                pause = pause_row(eid, 1)
+                pending = make_pending(eid, pause, created_at=base + timedelta(seconds=i))
+                await store.append_pause(pause, pending)
+                made.append(pending)
+                rows_of[eid] = [first, pause]
+            first_page = await store.pending(limit=2)
+            assert first_page == [made[3], made[2]]
+            await store.claim(resume_row("run-2", 2, rows_of["run-2"][-1]))  # the cursor's run goes
+            assert await store.pending(limit=2, after=first_page[-1]) == [made[1], made[0]]
+            assert await store.pending("run-1", after=first_page[-1]) == [made[1]]
+            assert await store.pending("run-3", after=first_page[-1]) == []
+
+    async def test_pending_refuses_a_bad_page(self, store: Store) -> None:
+        with self.bounded():
+            for bad in (0, -1):
+                with pytest.raises(ValueError, match="at least 1"):
+                    await store.pending(limit=bad)
+            with pytest.raises(TypeError, match="str"):
+                await store.pending(limit="3")  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="bool"):
+                await store.pending(limit=True)
+            with pytest.raises(TypeError, match=r"PendingInterrupt.*str"):
+                await store.pending(after="run-1")  # type: ignore[arg-type]

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from stores._base import check_page
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
+from stores._heads import RunHead, check_heads_arguments
 from stores._json import normalize
 from stores._model import (
     COMPLETED,
@@ -190,9 +192,50 @@ class MemoryStore:
     async def history(self, execution_id: str) -> list[Checkpoint]:
         return self._sorted(execution_id)
 
-    async def pending(self, execution_id: str | None = None) -> list[PendingInterrupt]:
+    async def pending(
+        self,
+        execution_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        check_page(limit, after)
         found = [p for e, p in self.db.pending.items() if execution_id is None or e == execution_id]
-        return sorted(found, key=lambda p: p.created_at, reverse=True)
+        if after is not None:
+            found = [
+                p for p in found if (p.created_at, p.execution_id) < (after.created_at, after.execution_id)
+            ]
+        return sorted(found, key=lambda p: (p.created_at, p.execution_id), reverse=True)[:limit]
+
+    async def heads(
+        self,
+        *,
+        execution_id: str | None = None,
+        runner: str | None = None,
+        state: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunHead]:
+        check_heads_arguments(state, limit)
+        found = []
+        for eid in self.db.rows:
+            rows = self._sorted(eid)
+            if not rows or execution_id not in (None, eid):
+                continue
+            top = rows[-1]
+            snapshot = {k: v for k, v in top.state_snapshot.items() if k != "messages"}
+            head = RunHead(
+                execution_id=eid, runner=top.runner, seq=top.seq, rows=len(rows), node_id=top.node_id,
+                agent_path=top.agent_path, step_type=top.step_type, status=top.status,
+                updated_at=top.created_at, snapshot=snapshot,
+            )  # fmt: skip
+            if runner not in (None, head.runner) or state not in (None, head.state):
+                continue
+            if before is not None and (head.updated_at, eid) >= before:
+                continue
+            found.append(head)
+        found.sort(key=lambda h: (h.updated_at, h.execution_id), reverse=True)
+        return found[:limit]
 
     # -- deletes ---------------------------------------------------------------------------------
 
@@ -281,6 +324,9 @@ class MemoryStore:
     async def unlock(self, execution_id: str) -> None:
         if self.db.locks.get(execution_id) == self._me:
             del self.db.locks[execution_id]
+
+    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        return {eid for eid in execution_ids if eid in self.db.locks}
 
     # -- outbox ----------------------------------------------------------------------------------
 

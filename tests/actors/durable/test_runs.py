@@ -701,6 +701,10 @@ async def test_pending_lists_paused_runs_newest_first(store_backend: Backend) ->
             assert pending[0].context == {"order": "1042", "amount": 500}
             await system.resume("p1", Resume(approved=True), timeout=5)
             assert [p.execution_id for p in await system.pending()] == ["p2", "p0"]
+            page = await system.pending(limit=1)
+            assert [p.execution_id for p in page] == ["p2"]
+            assert [p.execution_id for p in await system.pending(limit=1, after=page[-1])] == ["p0"]
+            assert await system.pending(limit=5, after=pending[-1]) == []
 
 
 async def test_prune_keeps_a_paused_run_resumable(store_backend: Backend) -> None:

@@ -1,0 +1,125 @@
+"""How runs stand, for any process: :class:`RunSummary`, :func:`run_status` and :func:`list_runs`.
+
+One module read by ``ActorSystem.status``/``runs``, the ``tether`` command line and the inspector (as
+DBOS's commands module serves both its CLI and its admin server). A summary joins what the rows say
+(:meth:`stores.Store.heads`: completed, failed, paused, unfinished) with who owns an unfinished run
+(:meth:`stores.Store.owned`, read without taking a lock): owned by a live process it is
+``running``, else ``orphaned`` (it crashed, it was stopped mid-step, or its claimed pause waits for
+a driver). Nothing here writes or locks.
+
+No ``from __future__ import annotations`` here: ``actors`` reports :class:`RunSummary` as
+``actors.RunSummary``, and msgspec resolves string annotations in the module ``__module__`` names.
+"""
+
+from datetime import datetime
+from typing import Final, Literal, get_args
+
+import msgspec
+
+from stores import PendingInterrupt, RunHead, RunNotFound, Store
+
+__all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
+
+#: How a run stands (see :class:`RunSummary`).
+RunStatusName = Literal["completed", "failed", "paused", "running", "orphaned", "queued"]
+STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
+
+#: How many heads one page of a filtered listing reads (running and orphaned are told apart after
+#: the read, so a filter on them may need several pages).
+_PAGE: Final = 200
+
+
+class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
+    """How one run stands, from the store and the ownership locks.
+
+    ``status``: ``completed``, ``failed``, ``paused`` (``pending`` says for what), ``running`` (its
+    newest row is not a resting row and a live process owns it), ``orphaned`` (the same row and no
+    live owner), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
+    the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
+    ``error`` are a finished run's.
+    """
+
+    execution_id: str
+    runner: str
+    status: RunStatusName
+    node_id: str
+    agent_path: str | None
+    rows: int
+    updated_at: datetime
+    output: str | None = None
+    error: str | None = None
+    pending: PendingInterrupt | None = None
+
+
+def summarise(head: RunHead, owned: bool, pending: PendingInterrupt | None = None) -> RunSummary:
+    """The summary of a run from its head, whether a live process owns it, and its pending row."""
+    state = head.state
+    status: RunStatusName
+    if state == "unfinished":
+        status = "running" if owned else "orphaned"
+    else:
+        status = state
+    output = head.snapshot.get("output") if status == "completed" else None
+    error = (
+        (head.snapshot.get("run_error") or head.snapshot.get("run_reason")) if status == "failed" else None
+    )
+    return RunSummary(
+        execution_id=head.execution_id,
+        runner=head.runner,
+        status=status,
+        node_id=head.node_id,
+        agent_path=head.agent_path,
+        rows=head.rows,
+        updated_at=head.updated_at,
+        output=output if isinstance(output, str) else None,
+        error=str(error) if error is not None else None,
+        pending=pending,
+    )
+
+
+async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
+    unfinished = [h.execution_id for h in heads if h.state == "unfinished"]
+    owned = await store.owned(unfinished) if unfinished else set()
+    out = []
+    for head in heads:
+        pending = None
+        if head.state == "paused":
+            found = await store.pending(head.execution_id)
+            pending = found[0] if found else None
+        out.append(summarise(head, head.execution_id in owned, pending))
+    return out
+
+
+async def run_status(store: Store, execution_id: str) -> RunSummary:
+    """How the run stands; ``RunNotFound`` when the store has no row of it."""
+    heads = await store.heads(execution_id=execution_id, limit=1)
+    if not heads:
+        raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+    return (await _summaries(store, heads))[0]
+
+
+async def list_runs(
+    store: Store, *, status: str | None = None, runner: str | None = None, limit: int = 100
+) -> list[RunSummary]:
+    """Up to ``limit`` runs, newest first, optionally of one status and one runner's name.
+
+    An unknown status or a limit below 1 raises ``ValueError`` before anything is read.
+    """
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be a positive int, not {limit!r}")
+    if status == "queued":
+        return []  # nothing is enqueued: queued runs come with the fleet's queue
+    state = "unfinished" if status in ("running", "orphaned") else status
+    if state == status:  # the rows alone decide: one read
+        return await _summaries(store, await store.heads(runner=runner, state=state, limit=limit))
+    found: list[RunSummary] = []
+    before = None
+    while len(found) < limit:
+        heads = await store.heads(runner=runner, state=state, before=before, limit=_PAGE)
+        found += [s for s in await _summaries(store, heads) if s.status == status]
+        if len(heads) < _PAGE:
+            break
+        before = (heads[-1].updated_at, heads[-1].execution_id)
+    return found[:limit]
