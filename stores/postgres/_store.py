@@ -449,6 +449,16 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
                 stored = await pool.fetchval(self._sql["cache_get"], execution_id, key)
         return decode(stored if stored is not None else data)
 
+    async def _cache_intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | None, bool]:
+        """The stored value under ``key``, or insert the intent ``marker`` if absent (one statement)."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["cache_intend"], execution_id, key, marker, body, now)
+        assert rec is not None
+        return rec["value"], bool(rec["recorded"])
+
     # -- ownership (the shared half is stores._owners.OwnedStore) ----------------------------
 
     @property

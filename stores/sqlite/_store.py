@@ -368,6 +368,26 @@ class SQLiteStore(BaseStore, GroupCommit):
 
         return await self._write(run)
 
+    async def _cache_intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | None, bool]:
+        """The stored value under ``key``, or insert the intent ``marker`` if absent (one transaction)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bytes | None, bool]:
+            found = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            if found is not None:
+                return found[0], False
+            inserted = conn.execute(
+                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (execution_id, key) DO NOTHING",
+                (execution_id, marker, body, ts(now)),
+            )
+            return None, inserted.rowcount == 1
+
+        return await self._write(run)
+
     # ------------------------------------------------------------------ row reads
 
     async def latest(self, execution_id: str) -> Checkpoint | None:

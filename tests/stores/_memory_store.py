@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from stores._base import check_page
+from stores._base import check_page, intent_key
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
 from stores._heads import RunHead, check_heads_arguments
@@ -311,6 +311,16 @@ class MemoryStore:
         normal = normalize(value)
         hit = self.db.cache.setdefault((execution_id, key), (normal, utcnow()))
         return hit[0]
+
+    async def cache_intend(self, execution_id: str, key: str) -> Cached | bool:
+        hit = self.db.cache.get((execution_id, key))
+        if hit is not None:
+            return Cached(hit[0])
+        marker = (execution_id, intent_key(key))
+        if marker in self.db.cache:
+            return False
+        self.db.cache[marker] = ({"intent": "recorded"}, utcnow())
+        return True
 
     # -- ownership lock --------------------------------------------------------------------------
 
