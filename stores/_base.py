@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Final, Self, TypeVar
 
 from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
-from ._errors import log_kept_changing, store_closed
+from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
 from ._owners import OwnedStore, Ownership
@@ -51,8 +51,11 @@ _INTENT_VALUE: Final = {"intent": "recorded"}
 Plan = tuple[StoredRow, LogAppend | None]
 
 
-def check_page(limit: int | None, after: PendingInterrupt | None) -> None:
-    """Refuse a ``pending()`` page request of the wrong type (``TypeError``) or size (``ValueError``)."""
+def check_page(execution_id: str | None, limit: int | None, after: PendingInterrupt | None) -> None:
+    """Refuse a ``pending()`` request of the wrong type (``TypeError``) or size (``ValueError``),
+    or naming a run by an invalid id (:class:`InvalidExecutionId`)."""
+    if execution_id is not None:
+        check_execution_id(execution_id)
     if limit is not None and (type(limit) is not int or limit < 1):
         if type(limit) is not int:
             raise TypeError(f"pending(limit=...) takes a positive int or None, not {type(limit).__name__}")

@@ -23,7 +23,7 @@ from typing import Final
 
 import anyio
 
-from ._errors import OwnershipLost, StoreUnavailable
+from ._errors import OwnershipLost, StoreUnavailable, check_execution_id
 from ._model import new_id
 
 __all__ = ["LOGGER", "Ownership"]
@@ -161,6 +161,7 @@ class OwnedStore:
 
     async def try_lock(self, execution_id: str) -> bool:
         """Take ownership of the run; ``False`` if it is held in this store or by a live owner."""
+        check_execution_id(execution_id)
         own = self._own
         if not own.begin(execution_id):
             return False
@@ -193,6 +194,7 @@ class OwnedStore:
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's ownership if this store holds it (an abandoned run's row stays)."""
+        check_execution_id(execution_id)
         owner = self._own.release(execution_id)
         if owner is not None:
             await self._release_row(execution_id, owner, queue=False)
