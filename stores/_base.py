@@ -18,8 +18,17 @@ from typing import Final, Self, TypeVar
 from ._codec import LogAppend, MessageLogs, StoredRow
 from ._errors import log_kept_changing, store_closed
 from ._model import Checkpoint, PendingInterrupt
+from ._watch import RowWatch
 
-__all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState", "check_page"]
+__all__ = [
+    "REPLAN_BUDGET",
+    "BaseStore",
+    "LogMoved",
+    "Plan",
+    "StoreState",
+    "check_history_range",
+    "check_page",
+]
 
 T = TypeVar("T")
 
@@ -43,6 +52,18 @@ def check_page(limit: int | None, after: PendingInterrupt | None) -> None:
             "pending(after=...) takes the last PendingInterrupt of the previous page or None, "
             f"not {type(after).__name__}"
         )
+
+
+def check_history_range(since: int, limit: int | None) -> None:
+    """Refuse a ``history()`` range of the wrong type (``TypeError``) or value (``ValueError``)."""
+    if type(since) is not int:
+        raise TypeError(f"history(since=...) takes an int seq, not {type(since).__name__}")
+    if since < 0:
+        raise ValueError(f"history(since=...) must be at least 0, not {since}")
+    if limit is not None and (type(limit) is not int or limit < 1):
+        if type(limit) is not int:
+            raise TypeError(f"history(limit=...) takes a positive int or None, not {type(limit).__name__}")
+        raise ValueError(f"history(limit=...) must be at least 1, not {limit}")
 
 
 class StoreState(enum.Enum):
@@ -80,6 +101,11 @@ class BaseStore:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def watch(self, execution_id: str) -> RowWatch:
+        """A :class:`~stores._watch.RowWatch` on the run: its waits end when a row may have been
+        written, here by polling (a backend that hears of new rows overrides this)."""
+        return RowWatch(execution_id)
 
     def _refuse_closed(self) -> None:
         """Raise ``StoreUnavailable`` if the store is closed."""

@@ -48,10 +48,12 @@ from stores import (
 )
 
 from ..models import Message, ToolCall
+from ..models._stream import streaming_to
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import bind_run
 from ._errors import MaxTurnsExceeded, ResumeRequired
+from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
 from ._messages import Resume
 from ._result import RunResult
@@ -89,6 +91,8 @@ class RunEngine:
         # The newest conversation and turn, for the failed marker if an exception escapes a step.
         self._transcript = Transcript()
         self._turn = 0
+        # The attempt of the next model call (above 1 when re-entry issues a call again).
+        self._attempt = 1
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -209,10 +213,16 @@ class RunEngine:
                 raise MaxTurnsExceeded(
                     self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
                 )
-            await self.rows.append(
-                self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
+            row = self._row(
+                node_id=f"turn:{turn}",
+                step_type=LLM_CALL,
+                turn=turn,
+                transcript=transcript,
+                node_input=self._reissue(),
             )
-            reply = await self.agent.model.complete(transcript.messages, self._schemas)
+            await self.rows.append(row)
+            with streaming_to(self.rows.log.text_sink(row)):
+                reply = await self.agent.model.complete(transcript.messages, self._schemas)
             transcript.append(reply.to_message())
             if not reply.tool_calls:
                 return await self._end(COMPLETED, output=reply.text)
@@ -279,6 +289,8 @@ class RunEngine:
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
+            if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
+                self._attempt = attempt_of(step) + 1  # the model call is issued again
             return await self._turns(transcript, turn)
         calls = _calls_of(transcript, step)
         call_id = step.state_snapshot.get("tool_call_id")
@@ -363,6 +375,11 @@ class RunEngine:
             node_input=node_input,
             parent=parent,
         )
+
+    def _reissue(self) -> dict[str, Any] | None:
+        """The ``node_input`` of the next model call's row: its attempt when it is a re-issue."""
+        attempt, self._attempt = self._attempt, 1
+        return {ATTEMPT_KEY: attempt} if attempt > 1 else None
 
     def _check_tool(self, step: Checkpoint) -> None:
         """Refuse, before writing, a resume whose tool this runner lacks (``ToolNotFound``)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -30,6 +30,10 @@ from stores import (
 
 from .._core import LOGGER, tether_logger
 
+if TYPE_CHECKING:
+    from ..models._stream import TextSink
+    from ._follow import EventHub
+
 __all__ = ["MARKER_TIMEOUT", "RunLog", "StepLog"]
 
 #: Bound on writing the run_end marker after a cancel or a failure (shielded).
@@ -37,17 +41,25 @@ MARKER_TIMEOUT = 10.0
 
 
 class StepLog:
-    """One INFO event per row written (``execution_id``, ``agent_path``, ``node_id``), built only
-    when the ``"tether"`` logger has INFO enabled."""
+    """What a committed row tells the world: one INFO event per row written (``execution_id``,
+    ``agent_path``, ``node_id``), built only when the ``"tether"`` logger has INFO enabled, and the
+    row itself to this process's event hub (``RunRef.events()``), with the text a model streams."""
 
-    __slots__ = ("_bindings", "_logger")
+    __slots__ = ("_bindings", "_hub", "_logger")
 
-    def __init__(self, **bindings: object) -> None:
+    def __init__(self, *, hub: EventHub | None = None, **bindings: object) -> None:
         self._bindings = bindings
+        self._hub = hub
         self._logger: Any = None
 
+    def text_sink(self, row: Checkpoint) -> TextSink | None:
+        """Where the model call of ``row`` streams its text (None: nobody can listen)."""
+        return self._hub.text_sink(row) if self._hub is not None else None
+
     def step(self, row: Checkpoint) -> None:
-        """Log that ``row`` was written (an INFO event named after its ``step_type``)."""
+        """``row`` was committed: publish it, and log it (an INFO event named after its ``step_type``)."""
+        if self._hub is not None:
+            self._hub.publish(row)
         if not LOGGER.isEnabledFor(logging.INFO):
             return
         if self._logger is None:

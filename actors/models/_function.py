@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from ._errors import ModelError
+from ._stream import stream_text
 from ._types import Message, ModelReply
 
 __all__ = ["FunctionModel"]
 
-ModelFn = Callable[[list[Message]], "str | ModelReply | Awaitable[str | ModelReply]"]
+#: What ``fn`` may give: an answer, a reply, or (streaming) an iterator of text chunks that may end
+#: with a reply; sync or async.
+ModelOutput = str | ModelReply | Iterator["str | ModelReply"] | AsyncIterator["str | ModelReply"]
+ModelFn = Callable[[list[Message]], "ModelOutput | Awaitable[str | ModelReply]"]
 
 
 class FunctionModel:
@@ -21,6 +25,10 @@ class FunctionModel:
     gets its own copy of the message list, so it cannot change the run's conversation. Tests and
     examples use it to script a conversation with no network; an exception ``fn`` raises is the
     model failing (the run fails and can be resumed).
+
+    A generator (sync or async) streams: each ``str`` it yields is a chunk of the answer, handed to
+    the run's readers as it comes (``TextDelta`` events), and the reply's text is the chunks joined.
+    It may yield one :class:`ModelReply` last, for tool calls (its text, if any, follows the chunks).
     """
 
     def __init__(self, fn: ModelFn, *, name: str | None = None) -> None:
@@ -34,6 +42,8 @@ class FunctionModel:
         result: Any = self.fn(list(messages))
         if inspect.isawaitable(result):
             result = await result
+        if inspect.isasyncgen(result) or inspect.isgenerator(result):
+            return await self._streamed(result)
         if isinstance(result, str):
             return ModelReply(text=result)
         if isinstance(result, ModelReply):
@@ -41,6 +51,36 @@ class FunctionModel:
         raise ModelError(
             f"FunctionModel {self.name!r} returned a {type(result).__name__}; return a str or a ModelReply"
         )
+
+    async def _streamed(self, chunks: Any) -> ModelReply:
+        """Read a generator's chunks, streaming each; the reply is the chunks and a final reply."""
+        texts: list[str] = []
+        final: ModelReply | None = None
+        if inspect.isasyncgen(chunks):
+            async for chunk in chunks:
+                final = self._chunk(chunk, texts, final)
+        else:
+            for chunk in chunks:
+                final = self._chunk(chunk, texts, final)
+        if final is None:
+            return ModelReply(text="".join(texts))
+        return ModelReply(text="".join(texts) + final.text, tool_calls=list(final.tool_calls))
+
+    def _chunk(self, chunk: object, texts: list[str], final: ModelReply | None) -> ModelReply | None:
+        if final is not None:
+            raise ModelError(
+                f"FunctionModel {self.name!r} yielded after its ModelReply; yield the reply last"
+            )
+        if isinstance(chunk, ModelReply):
+            return chunk
+        if not isinstance(chunk, str):
+            raise ModelError(
+                f"FunctionModel {self.name!r} yielded a {type(chunk).__name__}; yield str chunks "
+                "(and at most one ModelReply, last)"
+            )
+        texts.append(chunk)
+        stream_text(chunk)
+        return None
 
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"
