@@ -101,6 +101,14 @@ class ActorContext:
         )
         return await self._cell.start_child(spec)
 
+    def receive_nowait(self) -> object | None:
+        """The next message queued in this actor's mailbox, without waiting (``None`` if none is).
+
+        A long handler (a run actor between two of its steps) reads its mailbox with it; an ``ask``
+        taken this way is answered with ``None``. Call it only from the actor's own handler.
+        """
+        return self._cell.receive_nowait()
+
     def stop(self) -> None:
         """End this actor normally after the current message (a ``permanent`` actor is restarted)."""
         self._cell.stop_normally()

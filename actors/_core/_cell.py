@@ -174,6 +174,25 @@ class Cell:
             node = self.node = SupervisionNode(type(self.actor).supervision, self, self.runtime)
         return await self.runtime.spawn(spec, node)
 
+    def receive_nowait(self) -> object | None:
+        """The next queued message without waiting, or ``None`` when none is queued.
+
+        For a handler that reads its mailbox between the steps of its own work (a run actor); an
+        ``ask`` taken this way is answered with ``None``.
+        """
+        while True:
+            try:
+                item = self._recv.receive_nowait()
+            except (WouldBlock, EndOfStream, ClosedResourceError):
+                return None
+            if item is WAKE:
+                continue
+            self.processed += 1
+            if type(item) is Ask:
+                item.resolve(None)
+                return item.message
+            return item
+
     def _wake(self) -> None:
         try:
             self._send.send_nowait(WAKE)

@@ -8,8 +8,8 @@ code cites are those of ``docs/durability.md``.
 
 from ._agent import Agent, Runner
 from ._context import current_run
-from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
-from ._idempotent import idempotent
+from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, SideEffectInDoubt, ToolNotFound
+from ._idempotent import idempotency_key, idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
 from ._queries import RunSummary, list_runs, run_status
@@ -30,8 +30,10 @@ __all__ = [
     "Runner",
     "RunnerNotFound",
     "Runs",
+    "SideEffectInDoubt",
     "ToolNotFound",
     "current_run",
+    "idempotency_key",
     "idempotent",
     "interrupt",
     "list_runs",

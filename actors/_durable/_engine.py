@@ -25,7 +25,7 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -43,11 +43,13 @@ from stores import (
     TOOL_CALL,
     AlreadyResumed,
     Checkpoint,
+    PendingInterrupt,
     RunExists,
     WriteConflict,
 )
 
 from ..models import Message, ToolCall
+from ..models._intake import take_in
 from ..models._stream import streaming_to
 from ..models._types import Transcript
 from ._agent import Agent
@@ -55,9 +57,19 @@ from ._context import bind_run
 from ._errors import MaxTurnsExceeded, ResumeRequired
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
-from ._messages import Resume
+from ._messages import (
+    Answered,
+    Failed,
+    Outcome,
+    Paused,
+    RerunTool,
+    Resume,
+    RunTool,
+    Step,
+    TakeTurn,
+)
 from ._result import RunResult
-from ._runlog import RunLog
+from ._runlog import RunLog, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine"]
 
@@ -68,17 +80,20 @@ _CANCEL_ATTEMPTS = 5
 
 
 class _Paused(Exception):
-    """Internal: the run paused at a tool; carries the result to report."""
+    """Internal: the run paused at a tool; carries its pending row."""
 
-    def __init__(self, result: RunResult) -> None:
-        super().__init__(result.execution_id)
-        self.result = result
+    def __init__(self, pending: PendingInterrupt) -> None:
+        super().__init__(pending.execution_id)
+        self.pending = pending
 
 
 class RunEngine:
-    """Drives one activation of one run (a start, a fork, a resume, a recovery) against the store.
+    """The steps of one activation of one run (a start, a fork, a resume, a recovery).
 
-    Every row it writes goes through ``rows``, the run's log (and ``seq`` allocator).
+    An entry point writes the activation's first row and returns its first :data:`Step`; the run
+    actor then hands each step to :meth:`step`, which returns the next one or the agent's
+    :data:`Outcome`, and the root concludes with :meth:`conclude`. Every row goes through ``rows``,
+    the run's log (and ``seq`` allocator).
     """
 
     def __init__(self, *, agent: Agent, rows: RunLog) -> None:
@@ -91,17 +106,21 @@ class RunEngine:
         # The newest conversation and turn, for the failed marker if an exception escapes a step.
         self._transcript = Transcript()
         self._turn = 0
+        # The tool calls of the newest reply, and the row a re-entry re-runs.
+        self._calls: list[ToolCall] = []
+        self._rerun_row: Checkpoint | None = None
         # The attempt of the next model call (above 1 when re-entry issues a call again).
         self._attempt = 1
 
-    # -- entry points -----------------------------------------------------------------------------
+    # -- entry points: each writes its first row (if any) and returns the first step -----------------
 
-    async def start(self, messages: Sequence[Message]) -> RunResult:
+    async def start(self, messages: Sequence[Message]) -> Step:
         """A fresh run from ``messages`` (``seq`` 0 on a used id raises ``RunExists``)."""
         self.rows.start_at(0)
-        return await self._drive(self._turns(Transcript(messages), 0))
+        self._transcript, self._turn = Transcript(messages), 0
+        return TakeTurn(0)
 
-    async def fork(self, base: Checkpoint, appended: Message | None) -> RunResult:
+    async def fork(self, base: Checkpoint, appended: Message | None) -> Step:
         """A new run from ``base`` (a step of another run): the ``fork_origin`` row, then re-entry.
 
         With ``appended`` (the next user message) the fork starts a new model turn at the base's
@@ -127,9 +146,9 @@ class RunEngine:
             parent=base.checkpoint_id,
         )
         await self.rows.append(origin)
-        return await self._drive(self._reenter_fork(origin))
+        return self._reenter_fork(origin)
 
-    async def resume(self, resume: Resume | None) -> RunResult:
+    async def resume(self, resume: Resume | None) -> Step:
         """Claim the pause with ``resume``, or recover from a crash when ``resume`` is None.
 
         Validates first (reads the newest row, finds the tool) and only then appends (rule 9).
@@ -146,7 +165,7 @@ class RunEngine:
             self._check_tool(step)
             claimed = resume.to_dict()
             await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed))
-            return await self._drive(self._reenter(step, claimed, after_pause=True))
+            return self._reenter(step, claimed, after_pause=True)
         decision = entry.resume
         after_pause = decision is not None
         if step.step_type == HITL_PAUSE and decision is None:
@@ -156,8 +175,8 @@ class RunEngine:
         self._check_tool(step)
         await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision))
         if step.step_type == FORK_ORIGIN:
-            return await self._drive(self._reenter_fork(step))
-        return await self._drive(self._reenter(step, decision, after_pause=after_pause))
+            return self._reenter_fork(step)
+        return self._reenter(step, decision, after_pause=after_pause)
 
     async def cancel(self, reason: str) -> RunResult:
         """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11).
@@ -192,57 +211,90 @@ class RunEngine:
                 continue
         raise WriteConflict(f"run {self.execution_id!r} kept writing while being cancelled; try again")
 
-    # -- the loop ---------------------------------------------------------------------------------
+    # -- the steps --------------------------------------------------------------------------------
 
-    async def _drive(self, steps: Awaitable[RunResult]) -> RunResult:
-        """Run the steps; an escaped exception writes the failed marker and ends the run (rule 12)."""
+    async def step(self, step: Step) -> Step | Outcome:
+        """Take one step; return the next one, or how this agent's work ended.
+
+        A pause is :class:`Paused`; an exception is :class:`Failed` (rule 12), except a lost race or
+        a used id, which propagate: that writer stops and writes nothing more.
+        """
         try:
-            return await steps
+            match step:
+                case TakeTurn(turn=turn):
+                    return await self._take_turn(turn)
+                case RunTool(turn=turn, index=index):
+                    return await self._run_tool(turn, index)
+                case RerunTool(turn=turn, index=index, decision=decision, after_pause=after_pause):
+                    return await self._rerun_tool(turn, index, decision, after_pause)
         except _Paused as paused:
-            return paused.result
+            return Paused(paused.pending)
         except (AlreadyResumed, RunExists):
-            raise  # a lost race or a used id: this writer stops and writes nothing more
+            raise
         except Exception as error:
-            return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
+            return Failed(f"{type(error).__name__}: {error}")
+        raise TypeError(f"unknown step {step!r}")  # pragma: no cover
 
-    async def _turns(self, transcript: Transcript, turn: int) -> RunResult:
-        """Model turns from ``turn`` on: a row, the model call, then the reply's tool calls."""
-        while True:
-            self._transcript, self._turn = transcript, turn
-            if turn >= self.agent.max_turns:
-                raise MaxTurnsExceeded(
-                    self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
-                )
-            row = self._row(
-                node_id=f"turn:{turn}",
-                step_type=LLM_CALL,
-                turn=turn,
-                transcript=transcript,
-                node_input=self._reissue(),
-            )
-            await self.rows.append(row)
-            with streaming_to(self.rows.log.text_sink(row)):
-                reply = await self.agent.model.complete(transcript.messages, self._schemas)
-            transcript.append(reply.to_message())
-            if not reply.tool_calls:
-                return await self._end(COMPLETED, output=reply.text)
-            await self._tools(transcript, turn, reply.tool_calls, 0)
-            turn += 1
+    async def conclude(self, outcome: Outcome) -> RunResult:
+        """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
+        match outcome:
+            case Paused(pending=pending):
+                return RunResult(execution_id=self.execution_id, status="paused", pending=pending)
+            case Answered(output=output):
+                try:
+                    return await self._end(COMPLETED, output=output)
+                except (AlreadyResumed, RunExists):
+                    raise
+                except Exception as error:
+                    return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
+            case Failed(error=error):
+                return await self._end(FAILED, error=error)
+        raise TypeError(f"unknown outcome {outcome!r}")  # pragma: no cover
 
-    async def _tools(self, transcript: Transcript, turn: int, calls: Sequence[ToolCall], first: int) -> None:
-        """Dispatch ``calls[first:]`` in order, a row before each; a pause stops the run."""
-        for call in calls[first:]:
-            row = self._row(
-                node_id=f"turn:{turn}/tool:{call.name}",
-                step_type=TOOL_CALL,
-                turn=turn,
-                transcript=transcript,
-                extra={"tool_name": call.name, "tool_call_id": call.id},
-                node_input=call.arguments,
-                tool=call.name,
+    async def _take_turn(self, turn: int) -> Step | Outcome:
+        """Model call ``turn``: its row, the call, then the reply's first tool call (or the answer)."""
+        transcript = self._transcript
+        self._turn = turn
+        if turn >= self.agent.max_turns:
+            raise MaxTurnsExceeded(
+                self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-            await self.rows.append(row)
-            transcript.append(await self._call_tool(row, call, None))
+        row = self._row(
+            node_id=f"turn:{turn}",
+            step_type=LLM_CALL,
+            turn=turn,
+            transcript=transcript,
+            node_input=self._reissue(),
+        )
+        await self.rows.append(row)
+        with streaming_to(self.rows.log.text_sink(row)):
+            answer = await self.agent.model.complete(transcript.messages, self._schemas)
+        reply = take_in(answer, transcript, model=self.agent.model)
+        transcript.append(reply.to_message())
+        if not reply.tool_calls:
+            return Answered(reply.text)
+        self._calls = list(reply.tool_calls)
+        return RunTool(turn, 0)
+
+    async def _run_tool(self, turn: int, index: int) -> Step:
+        """Tool call ``index`` of the reply of ``turn``: a row, then the call; past the last, the next turn."""
+        calls = self._calls
+        if index >= len(calls):
+            return TakeTurn(turn + 1)
+        call = calls[index]
+        transcript = self._transcript
+        row = self._row(
+            node_id=f"turn:{turn}/tool:{call.name}",
+            step_type=TOOL_CALL,
+            turn=turn,
+            transcript=transcript,
+            extra={"tool_name": call.name, "tool_call_id": call.id},
+            node_input=call.arguments,
+            tool=call.name,
+        )
+        await self.rows.append(row)
+        transcript.append(await self._call_tool(row, call, None))
+        return RunTool(turn, index + 1)
 
     async def _call_tool(self, row: Checkpoint, call: ToolCall, decision: dict[str, Any] | None) -> Message:
         """Run one tool with the run bound; a pause writes its two rows and stops the run."""
@@ -250,6 +302,8 @@ class RunEngine:
             return _tool_message(
                 call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
             )
+        if call.arguments_error is not None:
+            return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         try:
@@ -259,6 +313,7 @@ class RunEngine:
                 store=self.store,
                 node_id=row.node_id,
                 resume=resume,
+                step=step_seq(row),
             ):
                 outcome = await tool.invoke(call.arguments)
         except PauseSignal as signal:
@@ -272,14 +327,11 @@ class RunEngine:
 
     async def _pause(self, row: Checkpoint, signal: PauseSignal) -> _Paused:
         """Write the interrupted row and the pending row (one transaction); the run stops there."""
-        pending = await self.rows.pause(row, signal.reason, signal.context)
-        return _Paused(RunResult(execution_id=self.execution_id, status="paused", pending=pending))
+        return _Paused(await self.rows.pause(row, signal.reason, signal.context))
 
     # -- re-entry ---------------------------------------------------------------------------------
 
-    async def _reenter(
-        self, step: Checkpoint, decision: dict[str, Any] | None, *, after_pause: bool
-    ) -> RunResult:
+    def _reenter(self, step: Checkpoint, decision: dict[str, Any] | None, *, after_pause: bool) -> Step:
         """Re-enter at ``step``: re-issue its model turn, or re-run its tool with the saved arguments.
 
         After a pause, the sibling calls the pause left behind are answered with the note and not
@@ -291,29 +343,31 @@ class RunEngine:
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
             if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
                 self._attempt = attempt_of(step) + 1  # the model call is issued again
-            return await self._turns(transcript, turn)
-        calls = _calls_of(transcript, step)
-        call_id = step.state_snapshot.get("tool_call_id")
-        index = next((i for i, call in enumerate(calls) if call.id == call_id), None)
-        if index is None:
-            raise AlreadyResumed(
-                f"run {self.execution_id!r}: row {step.node_id!r} names no tool call to re-enter"
-            )
-        call = ToolCall(calls[index].name, dict(step.node_input), calls[index].id)
-        transcript.append(await self._call_tool(step, call, decision))
-        if after_pause:
-            transcript.extend(_tool_message(c, SIBLING_NOTE) for c in calls[index + 1 :])
-        else:
-            await self._tools(transcript, turn, calls, index + 1)
-        return await self._turns(transcript, turn + 1)
+            return TakeTurn(turn)
+        calls, index = _call_of(transcript, step)
+        self._calls = calls
+        self._rerun_row = step
+        return RerunTool(turn, index, decision, after_pause)
 
-    async def _reenter_fork(self, origin: Checkpoint) -> RunResult:
+    async def _rerun_tool(
+        self, turn: int, index: int, decision: dict[str, Any] | None, after_pause: bool
+    ) -> Step:
+        """The tool step re-entry names, run again with its row's saved arguments."""
+        step = self._rerun_row
+        assert step is not None
+        calls = self._calls
+        call = msgspec.structs.replace(calls[index], arguments=dict(step.node_input))
+        self._transcript.append(await self._call_tool(step, call, decision))
+        if after_pause:
+            self._transcript.extend(_tool_message(c, SIBLING_NOTE) for c in calls[index + 1 :])
+            return TakeTurn(turn + 1)
+        return RunTool(turn, index + 1)
+
+    def _reenter_fork(self, origin: Checkpoint) -> Step:
         """Re-enter a fork's origin: a new model turn when input was appended, else its base step."""
         base = origin.node_input
         if base.get("input_appended") or base.get("base_step_type") not in (TOOL_CALL, HITL_PAUSE):
-            return await self._reenter(
-                msgspec.structs.replace(origin, step_type=LLM_CALL), None, after_pause=False
-            )
+            return self._reenter(msgspec.structs.replace(origin, step_type=LLM_CALL), None, after_pause=False)
         # The re-run tool writes (and binds) as the tool, like the base row did (rule 3); a pause it
         # records is the fork's own row, with no parent in the base run.
         tool = origin.state_snapshot.get("tool_name")
@@ -325,7 +379,7 @@ class RunEngine:
             agent_path=f"{self.path}/tool:{tool}" if isinstance(tool, str) else origin.agent_path,
             parent_checkpoint_id=None,
         )
-        return await self._reenter(step, None, after_pause=False)
+        return self._reenter(step, None, after_pause=False)
 
     # -- rows -------------------------------------------------------------------------------------
 
@@ -392,12 +446,23 @@ def _tool_message(call: ToolCall, content: str) -> Message:
     return Message("tool", content, tool_call_id=call.id, name=call.name)
 
 
-def _calls_of(transcript: Transcript, step: Checkpoint) -> list[ToolCall]:
-    """The tool calls of the assistant message a tool row belongs to (the newest one with calls)."""
-    for message in reversed(transcript.messages):
+def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], int]:
+    """The calls of the reply a tool row belongs to, and which of them the row is for.
+
+    The row's own conversation says it: the newest assistant message with calls, followed by the
+    answers of the calls before this one. So the call is found by its position, never by an id a
+    model chose (ids may repeat in old rows); the row's tool name must agree.
+    """
+    messages = transcript.messages
+    for start in range(len(messages) - 1, -1, -1):
+        message = messages[start]
         if message.role == "assistant" and message.tool_calls:
-            return list(message.tool_calls)
-    raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} has no tool call to re-enter")
+            index = sum(1 for m in messages[start + 1 :] if m.role == "tool")
+            calls = list(message.tool_calls)
+            if index < len(calls) and calls[index].name == step.state_snapshot.get("tool_name"):
+                return calls, index
+            break
+    raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} names no tool call to re-enter")
 
 
 def _first_signal(group: BaseExceptionGroup[PauseSignal]) -> PauseSignal:

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from stores import Checkpoint
+from stores import Checkpoint, PendingInterrupt
 from stores import decode_json as decode
 from stores import encode_json as encode
 
@@ -19,15 +19,23 @@ from .._core import Failable
 from ._result import RunResult
 
 __all__ = [
+    "Answered",
     "Cancel",
+    "Failed",
+    "Outcome",
+    "Paused",
     "Recover",
     "Reply",
     "Request",
+    "RerunTool",
     "Resume",
     "ResumeRun",
     "RunMessage",
+    "RunTool",
     "Spawn",
     "SpawnFork",
+    "Step",
+    "TakeTurn",
 ]
 
 
@@ -82,6 +90,56 @@ class Cancel(msgspec.Struct, tag="cancel", frozen=True):
 
 RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel
 """Every message a run actor takes (a tagged union: decode with ``msgspec.json.decode(..., type=RunMessage)``)."""
+
+
+class TakeTurn(msgspec.Struct, tag="take_turn", frozen=True):
+    """A step of the run itself: write the ``turn:N`` row and call the model."""
+
+    turn: int
+
+
+class RunTool(msgspec.Struct, tag="run_tool", frozen=True):
+    """A step of the run itself: write the row of tool call ``index`` of turn ``turn``, then run it
+    (past the reply's last call: the next turn)."""
+
+    turn: int
+    index: int
+
+
+class RerunTool(msgspec.Struct, tag="rerun_tool", frozen=True):
+    """Re-entry at a tool row: run call ``index`` of turn ``turn`` again with its saved arguments and
+    ``decision`` (a claimed ``Resume``); after a pause its later siblings get the note (rule 6)."""
+
+    turn: int
+    index: int
+    decision: dict[str, Any] | None = None
+    after_pause: bool = False
+
+
+Step = TakeTurn | RunTool | RerunTool
+"""The steps a run sends itself; handled in order, between them whatever else is queued."""
+
+
+class Answered(msgspec.Struct, tag="answered", frozen=True):
+    """An agent (or a topology) answered: ``output`` is its final text."""
+
+    output: str
+
+
+class Paused(msgspec.Struct, tag="paused", frozen=True):
+    """A tool at some depth paused: its ``hitl_pause`` row and ``pending`` row are written."""
+
+    pending: PendingInterrupt
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    """An agent failed; ``error`` names the exception (``"MaxTurnsExceeded: ..."``)."""
+
+    error: str
+
+
+Outcome = Answered | Paused | Failed
+"""How a level of a run ended its work: what a child reports to its parent, what the root concludes from."""
 
 
 class Reply:

@@ -1,6 +1,10 @@
 """The run actor: one actor per ``execution_id``, advanced by the messages in its mailbox.
 
-Its messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
+A control message (spawn, fork, resume, recover) starts an activation; the activation is the run's
+own step messages (take a turn, run a tool: :data:`~._messages.Step`), which the actor hands to the
+engine in order, in its own task (no mailbox hop per step). Between two steps it reads its mailbox:
+a ``Cancel`` queued there ends the run before the next step; other requests wait, in order, for the
+activation to end. Its messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
 :class:`~actors.Resume` sent to a run claims its pause. Each message that activates the run first
 takes the run's ownership lock, a lock the operating system or the database frees when the owning
 process dies, and releases it when the run pauses, ends or fails. After each message the actor
@@ -9,6 +13,7 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +24,20 @@ from stores import AlreadyResumed, RunExists, Store
 from .._core import Actor, ActorContext, ActorStopped
 from ..models import Message
 from ._engine import RunEngine
-from ._messages import Cancel, Recover, Request, ResumeRun, RunMessage, Spawn, SpawnFork
+from ._messages import (
+    Answered,
+    Cancel,
+    Failed,
+    Outcome,
+    Paused,
+    Recover,
+    Request,
+    ResumeRun,
+    RunMessage,
+    Spawn,
+    SpawnFork,
+    Step,
+)
 from ._result import RunResult
 from ._runlog import RunLog, StepLog
 
@@ -53,6 +71,7 @@ class RunActor(Actor):
         self._log = StepLog(hub=hub, execution_id=execution_id, runner=agent.name)
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
+        self._deferred: deque[Request] = deque()
 
     async def on_start(self, ctx: ActorContext) -> None:
         self._live[self.execution_id] = self
@@ -78,9 +97,16 @@ class RunActor(Actor):
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         if not isinstance(message, Request):
             raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
-        reply = message.reply
+        await self._answer(ctx, message)
+        # Requests taken from the mailbox between two steps and left for after this one, in order.
+        while self._deferred:
+            await self._answer(ctx, self._deferred.popleft())
+        ctx.passivate()
+
+    async def _answer(self, ctx: ActorContext, request: Request) -> None:
+        reply = request.reply
         try:
-            result = await self._handle(message)
+            result = await self._handle(ctx, request)
         except anyio.get_cancelled_exc_class():
             stopped = ActorStopped(
                 f"the actor of run {self.execution_id!r} stopped before the run paused or ended; "
@@ -92,9 +118,8 @@ class RunActor(Actor):
             reply.settle(None, error)
         else:
             reply.settle(result, None)
-        ctx.passivate()
 
-    async def _handle(self, request: Request) -> RunResult:
+    async def _handle(self, ctx: ActorContext, request: Request) -> RunResult:
         rows = RunLog(
             self.store,
             self.execution_id,
@@ -111,27 +136,54 @@ class RunActor(Actor):
                 return await engine.cancel(reason)
             case Spawn(messages=messages):
                 start = [Message.from_dict(m) for m in messages]
-                return await self._owned(engine, lambda: engine.start(start), refuse=RunExists)
+                return await self._owned(ctx, engine, lambda: engine.start(start), refuse=RunExists)
             case SpawnFork(base=base, appended=appended):
                 extra = Message.from_dict(appended) if appended is not None else None
-                return await self._owned(engine, lambda: engine.fork(base, extra), refuse=RunExists)
+                return await self._owned(ctx, engine, lambda: engine.fork(base, extra), refuse=RunExists)
             case ResumeRun(resume=resume):
-                return await self._owned(engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
+                return await self._owned(ctx, engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
             case Recover():
-                return await self._owned(engine, lambda: engine.resume(None), refuse=AlreadyResumed)
+                return await self._owned(ctx, engine, lambda: engine.resume(None), refuse=AlreadyResumed)
         raise TypeError(f"unknown run message {message!r}")  # pragma: no cover
 
-    async def _owned(
-        self, engine: RunEngine, operation: Callable[[], Awaitable[RunResult]], *, refuse: type[Exception]
+    async def _steps(
+        self, ctx: ActorContext, engine: RunEngine, first: Callable[[], Awaitable[Step]]
     ) -> RunResult:
-        """Run ``operation`` holding the run's ownership lock; a cancel of it writes the failed marker."""
+        """The activation: its entry point, then its steps in order, the mailbox read between two."""
+        step: Step | Outcome = await first()
+        while not isinstance(step, Answered | Paused | Failed):
+            self._between_steps(ctx)
+            if self._cancel_reason is not None:
+                return await engine.cancel(self._cancel_reason)
+            step = await engine.step(step)
+        return await engine.conclude(step)
+
+    def _between_steps(self, ctx: ActorContext) -> None:
+        """Handle what is queued: a Cancel stops the run before its next step; other requests wait
+        for the end of this activation (one activation at a time)."""
+        while (item := ctx.receive_nowait()) is not None:
+            if not isinstance(item, Request):
+                raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(item).__name__}")
+            if isinstance(item.message, Cancel) and self._cancel_reason is None:
+                self._cancel_reason = item.message.reason
+            self._deferred.append(item)
+
+    async def _owned(
+        self,
+        ctx: ActorContext,
+        engine: RunEngine,
+        first: Callable[[], Awaitable[Step]],
+        *,
+        refuse: type[Exception],
+    ) -> RunResult:
+        """Run the activation holding the run's ownership lock; a cancel of it writes the failed marker."""
         if not await self.store.try_lock(self.execution_id):
             raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
         try:
             self._cancel_reason = None
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                result = await operation()
+                result = await self._steps(ctx, engine, first)
             self._scope = None
             if scope.cancelled_caught:
                 return await engine.cancel(self._cancel_reason or "cancelled")
