@@ -21,6 +21,7 @@ from stores import (
     INTERRUPTED,
     REENTRY_SEQ,
     RESUME_KEY,
+    RUN_END,
     Checkpoint,
     PendingInterrupt,
     Store,
@@ -54,35 +55,48 @@ def step_seq(row: Checkpoint) -> int:
 
 class StepLog:
     """What a committed row tells the world: one INFO event per row written (``execution_id``,
-    ``agent_path``, ``node_id``), built only when the ``"tether"`` logger has INFO enabled, and the
-    row itself to this process's event hub (``RunRef.events()``), with the text a model streams."""
+    ``agent_path``, ``node_id``, ``step_type``), built only when the ``"tether"`` logger has INFO
+    enabled, and the row itself to this process's event hub (``RunRef.events()``), with the text a
+    model streams. A row is written before its step, so the event says what starts: ``step
+    started``, ``run paused`` or ``run ended`` (with its status). ``last`` is the newest row
+    written, for the warning of a run stopped mid-step."""
 
-    __slots__ = ("_bindings", "_hub", "_logger")
+    __slots__ = ("_bindings", "_hub", "_logger", "last")
 
     def __init__(self, *, hub: EventHub | None = None, **bindings: object) -> None:
         self._bindings = bindings
         self._hub = hub
         self._logger: Any = None
+        self.last: Checkpoint | None = None
 
     def text_sink(self, row: Checkpoint) -> TextSink | None:
         """Where the model call of ``row`` streams its text (None: nobody can listen)."""
         return self._hub.text_sink(row) if self._hub is not None else None
 
     def step(self, row: Checkpoint) -> None:
-        """``row`` was committed: publish it, and log it (an INFO event named after its ``step_type``)."""
+        """``row`` was committed: publish it, and log it with the step it starts."""
+        self.last = row
         if self._hub is not None:
             self._hub.publish(row)
         if not LOGGER.isEnabledFor(logging.INFO):
             return
         if self._logger is None:
             self._logger = tether_logger(**self._bindings)
+        extra: dict[str, object] = {}
+        if row.step_type == HITL_PAUSE:
+            event = "run paused"
+        elif row.step_type == RUN_END:
+            event, extra = "run ended", {"status": row.status}
+        else:
+            event = "step started"
         self._logger.info(
-            row.step_type,
+            event,
             execution_id=row.execution_id,
             agent_path=row.agent_path,
             node_id=row.node_id,
+            step_type=row.step_type,
             seq=row.seq,
-            status=row.status,
+            **extra,
         )
 
 

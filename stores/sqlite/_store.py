@@ -44,6 +44,7 @@ from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, retry_busy
 from ._locks import FileLocks
+from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
     LOG_LENGTH,
@@ -71,7 +72,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(BaseStore, GroupCommit):
+class SQLiteStore(BaseStore, GroupCommit, Replica):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
