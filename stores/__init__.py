@@ -31,6 +31,7 @@ from ._errors import (
     StoreUnavailable,
     TetherError,
     WriteConflict,
+    check_execution_id,
 )
 from ._heads import ROW_STATES, RunHead, row_state
 from ._json import MAX_DEPTH as MAX_JSON_DEPTH
@@ -133,6 +134,7 @@ __all__ = [
     "TetherError",
     "WriteConflict",
     "canonical_json",
+    "check_execution_id",
     "child_path",
     "conversation_of",
     "decode_json",

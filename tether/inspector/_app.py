@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
 import msgspec
@@ -35,6 +35,8 @@ __all__ = ["DRIVE_TIMEOUT", "PAGE", "build_app"]
 DRIVE_TIMEOUT: Final = 30.0
 #: Rows per page of the runs list and of the pending list.
 PAGE: Final = 100
+#: The most runs one page lists (``?limit=``).
+_MAX_LIMIT: Final = 2000
 #: Bound on a posted form (a decision is a few short fields).
 _MAX_FORM: Final = 16 * 1024
 
@@ -68,8 +70,21 @@ async def _runs(request: Request) -> Response:
     runner = request.query_params.get("runner") or None
     if status is not None and status not in _STATUSES:
         return _page(request, "message.html", 400, title="Unknown status", text=f"no status {status!r}")
-    found = await _state(request).system.runs(status=status, runner=runner, limit=PAGE)
-    return _page(request, "runs.html", runs=found, status=status, runner=runner or "", statuses=_STATUSES)
+    limit = request.query_params.get("limit", str(PAGE))
+    if not limit.isdigit() or not 1 <= int(limit) <= _MAX_LIMIT:
+        return _page(request, "message.html", 400, title="Bad limit", text=f"limit is 1 to {_MAX_LIMIT}")
+    found = await _state(request).system.runs(status=status, runner=runner, limit=int(limit))
+    more = None
+    if len(found) == int(limit) and int(limit) < _MAX_LIMIT:
+        query = {
+            "limit": str(min(_MAX_LIMIT, 2 * int(limit))),
+            "status": status or "",
+            "runner": runner or "",
+        }
+        more = "/runs?" + urlencode({k: v for k, v in query.items() if v})
+    return _page(
+        request, "runs.html", runs=found, status=status, runner=runner or "", statuses=_STATUSES, more=more
+    )
 
 
 async def _run(request: Request) -> Response:
