@@ -51,7 +51,7 @@ from stores import (
 from .._core import tether_logger
 from ..models import Message, ToolCall
 from ..models._intake import take_in
-from ..models._stream import streaming_to
+from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import bind_run
@@ -270,7 +270,7 @@ class RunEngine:
             node_input=self._reissue(),
         )
         await self.rows.append(row)
-        with streaming_to(self.rows.log.text_sink(row)):
+        with text_sink(self.rows.log.text_sink(row)):
             answer = await self.agent.model.complete(transcript.messages, self._schemas)
         reply = take_in(answer, transcript, model=self.agent.model)
         transcript.append(reply.to_message())

@@ -96,6 +96,8 @@ class EventHub:
 
     def __init__(self) -> None:
         self._subs: dict[str, weakref.WeakSet[_Subscription]] = {}
+        # Per run with readers: the highest text attempt published for each (agent_path, node_id).
+        self._highest: dict[str, dict[tuple[str | None, str], int]] = {}
 
     def subscribe(self, execution_id: str, *, text: bool) -> _Subscription:
         """A subscription to the run (dropped when its stream closes or is collected)."""
@@ -109,28 +111,46 @@ class EventHub:
             subs.discard(sub)
             if not subs:
                 del self._subs[execution_id]
+                self._highest.pop(execution_id, None)
 
     def publish(self, row: Checkpoint) -> None:
         """A row of the run was committed by this process."""
         subs = self._subs.get(row.execution_id)
-        if subs:
-            for sub in list(subs):
-                sub.push_row(row)
+        if subs is None:
+            return
+        if not subs:  # every stream of the run was dropped without being closed
+            del self._subs[row.execution_id]
+            self._highest.pop(row.execution_id, None)
+            return
+        for sub in list(subs):
+            sub.push_row(row)
 
     def text_sink(self, row: Checkpoint) -> TextSink:
-        """The sink for the streamed text of the model call whose row is ``row``."""
-        eid, path, seq, attempt = row.execution_id, row.agent_path, row.seq, attempt_of(row)
+        """The sink for the streamed text of the model call whose row is ``row``.
 
-        def sink(text: str) -> None:
+        A delta's ``attempt`` is the row's attempt plus the client's retries within the call
+        (``sink(text, client_attempt)``), raised when needed above every attempt this process
+        published for the same step while the run had readers, so a reader sees it only grow.
+        """
+        eid, path, seq, base = row.execution_id, row.agent_path, row.seq, attempt_of(row)
+        step = (path, row.node_id)
+        state = [0, 0]  # the client's attempt, and the attempt it is published as
+
+        def sink(text: str, client_attempt: int) -> None:
             subs = self._subs.get(eid)
             if not subs:
                 return
+            if client_attempt != state[0]:
+                highest = self._highest.setdefault(eid, {})
+                state[0] = client_attempt
+                state[1] = max(base + client_attempt - 1, highest.get(step, 0) + 1)
+                highest[step] = state[1]
             delta: TextDelta | None = None
             for sub in list(subs):
                 if sub.text:
                     if delta is None:
                         delta = TextDelta(
-                            execution_id=eid, agent_path=path, seq=seq, text=text, attempt=attempt
+                            execution_id=eid, agent_path=path, seq=seq, text=text, attempt=state[1]
                         )
                     sub.push_text(delta)
 

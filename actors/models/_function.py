@@ -7,28 +7,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 from ._errors import ModelError
-from ._stream import stream_text
+from ._stream import emit_text
 from ._types import Message, ModelReply
 
 __all__ = ["FunctionModel"]
 
-#: What ``fn`` may give: an answer, a reply, or (streaming) an iterator of text chunks that may end
-#: with a reply; sync or async.
-ModelOutput = str | ModelReply | Iterator["str | ModelReply"] | AsyncIterator["str | ModelReply"]
-ModelFn = Callable[[list[Message]], "ModelOutput | Awaitable[str | ModelReply]"]
+Chunks = Iterator["str | ModelReply"] | AsyncIterator["str | ModelReply"]
+ModelFn = Callable[[list[Message]], "str | ModelReply | Chunks | Awaitable[str | ModelReply]"]
 
 
 class FunctionModel:
     """A model whose every turn is ``fn(messages)``, sync or async.
 
     ``fn`` returns a ``str`` (the final answer) or a :class:`ModelReply` (e.g. with tool calls). It
-    gets its own copy of the message list, so it cannot change the run's conversation. Tests and
-    examples use it to script a conversation with no network; an exception ``fn`` raises is the
-    model failing (the run fails and can be resumed).
-
-    A generator (sync or async) streams: each ``str`` it yields is a chunk of the answer, handed to
-    the run's readers as it comes (``TextDelta`` events), and the reply's text is the chunks joined.
-    It may yield one :class:`ModelReply` last, for tool calls (its text, if any, follows the chunks).
+    may also be a generator, sync or async, that yields the answer in pieces, as a streaming model
+    does: each ``str`` is a piece of text (handed to the bound text sink as it comes), a yielded
+    ``ModelReply`` adds its text and its tool calls. ``fn`` gets its own copy of the message list,
+    so it cannot change the run's conversation. Tests and examples use it to script a conversation
+    with no network; an exception ``fn`` raises is the model failing (the run fails and can be
+    resumed).
     """
 
     def __init__(self, fn: ModelFn, *, name: str | None = None) -> None:
@@ -42,45 +39,50 @@ class FunctionModel:
         result: Any = self.fn(list(messages))
         if inspect.isawaitable(result):
             result = await result
-        if inspect.isasyncgen(result) or inspect.isgenerator(result):
-            return await self._streamed(result)
         if isinstance(result, str):
             return ModelReply(text=result)
         if isinstance(result, ModelReply):
             return result
+        if inspect.isgenerator(result):
+            return self._joined(list(_pieces(result)))
+        if inspect.isasyncgen(result):
+            return self._joined([piece async for piece in _async_pieces(result)])
         raise ModelError(
             f"FunctionModel {self.name!r} returned a {type(result).__name__}; return a str or a ModelReply"
         )
 
-    async def _streamed(self, chunks: Any) -> ModelReply:
-        """Read a generator's chunks, streaming each; the reply is the chunks and a final reply."""
+    def _joined(self, pieces: list[Any]) -> ModelReply:
         texts: list[str] = []
-        final: ModelReply | None = None
-        if inspect.isasyncgen(chunks):
-            async for chunk in chunks:
-                final = self._chunk(chunk, texts, final)
-        else:
-            for chunk in chunks:
-                final = self._chunk(chunk, texts, final)
-        if final is None:
-            return ModelReply(text="".join(texts))
-        return ModelReply(text="".join(texts) + final.text, tool_calls=list(final.tool_calls))
-
-    def _chunk(self, chunk: object, texts: list[str], final: ModelReply | None) -> ModelReply | None:
-        if final is not None:
-            raise ModelError(
-                f"FunctionModel {self.name!r} yielded after its ModelReply; yield the reply last"
-            )
-        if isinstance(chunk, ModelReply):
-            return chunk
-        if not isinstance(chunk, str):
-            raise ModelError(
-                f"FunctionModel {self.name!r} yielded a {type(chunk).__name__}; yield str chunks "
-                "(and at most one ModelReply, last)"
-            )
-        texts.append(chunk)
-        stream_text(chunk)
-        return None
+        calls = []
+        for piece in pieces:
+            if isinstance(piece, ModelReply):
+                texts.append(piece.text)
+                calls.extend(piece.tool_calls)
+            else:
+                texts.append(piece)
+        return ModelReply(text="".join(texts), tool_calls=calls)
 
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"
+
+
+def _check(piece: object) -> str | ModelReply:
+    if isinstance(piece, str):
+        emit_text(piece, 1)
+        return piece
+    if isinstance(piece, ModelReply):
+        emit_text(piece.text, 1)
+        return piece
+    raise ModelError(
+        f"a FunctionModel generator yielded a {type(piece).__name__}; yield a str or a ModelReply"
+    )
+
+
+def _pieces(chunks: Iterator[Any]) -> Iterator[str | ModelReply]:
+    for piece in chunks:
+        yield _check(piece)
+
+
+async def _async_pieces(chunks: AsyncIterator[Any]) -> AsyncIterator[str | ModelReply]:
+    async for piece in chunks:
+        yield _check(piece)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
@@ -110,8 +111,24 @@ async def _diff(request: Request) -> Response:
 
 
 async def _pending(request: Request) -> Response:
-    found: list[PendingInterrupt] = await _state(request).system.pending(limit=PAGE)
-    return _page(request, "pending.html", pending=found)
+    """A page of the pending approvals; ``?after=ID&at=TIME`` continues after the last entry of
+    the previous page, by position (so paging holds when that run was decided meanwhile)."""
+    after = None
+    if "after" in request.query_params:
+        try:
+            at = datetime.fromisoformat(request.query_params["at"])
+        except (KeyError, ValueError):
+            return _page(
+                request, "message.html", 400, title="Bad page", text="a next page takes after= and at="
+            )
+        after = PendingInterrupt(execution_id=request.query_params["after"], reason="", created_at=at)
+    found: list[PendingInterrupt] = await _state(request).system.pending(limit=PAGE, after=after)
+    more = None
+    if len(found) == PAGE:
+        more = "/pending?" + urlencode(
+            {"after": found[-1].execution_id, "at": found[-1].created_at.isoformat()}
+        )
+    return _page(request, "pending.html", pending=found, more=more)
 
 
 async def _decide(request: Request) -> Response:
