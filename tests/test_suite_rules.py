@@ -84,4 +84,9 @@ def test_a_postgres_test_without_the_fixture_is_refused(pytester: pytest.Pyteste
     assert done.ret == pytest.ExitCode.USAGE_ERROR
     text = done.stdout.str() + done.stderr.str()
     assert "test_talks_to_the_server_itself: marked postgres but does not take pg_schema" in text
-    assert "test_takes_the_schema_unmarked: takes pg_schema but is not marked postgres" in text
+    assert "test_takes_the_schema_unmarked: " not in text  # not refused: marked for it
+    pytester.makepyfile(
+        test_bad="import pytest\n\ndef test_takes_the_schema_unmarked(pg_schema):\n    pass\n"
+    )
+    done = pytester.runpytest_subprocess("--collect-only", "-q", "-m", "not postgres")
+    assert done.ret == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout.str()
