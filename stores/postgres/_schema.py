@@ -15,7 +15,7 @@ from .._errors import newer_schema
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -98,6 +98,16 @@ DROP TABLE {s}.messages;
     ),
     # pending() pages by a keyset range of this index, newest first.
     (3, "CREATE INDEX pending_interrupts_created_idx ON {s}.pending_interrupts (created_at, execution_id);"),
+    # Cache entries ride the outbox too; ``replica`` remembers that a replicator was attached
+    # (prune then keeps what the plane has not accepted).
+    (
+        4,
+        """
+ALTER TABLE {s}.idempotency_cache ADD COLUMN synced boolean NOT NULL DEFAULT false;
+CREATE INDEX idempotency_cache_unsynced_idx ON {s}.idempotency_cache (created_at) WHERE NOT synced;
+CREATE TABLE {s}.replica (attached_at timestamptz NOT NULL);
+""",
+    ),
 )
 
 
