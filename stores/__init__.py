@@ -21,6 +21,7 @@ from ._errors import (
     InvalidExecutionId,
     InvalidPath,
     InvalidStoreURL,
+    OwnershipLost,
     RowTooLarge,
     RunExists,
     RunNotFound,
@@ -31,6 +32,7 @@ from ._errors import (
     StoreUnavailable,
     TetherError,
     WriteConflict,
+    check_execution_id,
 )
 from ._heads import ROW_STATES, RunHead, row_state
 from ._json import MAX_DEPTH as MAX_JSON_DEPTH
@@ -113,6 +115,7 @@ __all__ = [
     "InvalidPath",
     "InvalidStoreURL",
     "NodeId",
+    "OwnershipLost",
     "PendingInterrupt",
     "PostgresStore",
     "ReEntry",
@@ -131,6 +134,7 @@ __all__ = [
     "TetherError",
     "WriteConflict",
     "canonical_json",
+    "check_execution_id",
     "child_path",
     "conversation_of",
     "decode_json",

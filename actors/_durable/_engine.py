@@ -48,6 +48,7 @@ from stores import (
     WriteConflict,
 )
 
+from .._core import tether_logger
 from ..models import Message, ToolCall
 from ..models._intake import take_in
 from ..models._types import Transcript
@@ -70,6 +71,8 @@ from ._result import RunResult
 from ._runlog import RunLog, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine"]
+
+_log = tether_logger()
 
 #: What the model reads for a sibling tool call that a pause left behind (rule 6).
 SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
@@ -391,6 +394,8 @@ class RunEngine:
         row.status = status
         await self.rows.end(row)
         if status == FAILED:
+            if reason is None:  # a failure, not a cancel: the developer hears of it
+                _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
             return RunResult(execution_id=self.execution_id, status="failed", error=error)
         return RunResult(execution_id=self.execution_id, status="completed", output=output)
 

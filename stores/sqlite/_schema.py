@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -38,7 +38,7 @@ def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
 
 
 def _cache_outbox(conn: sqlite3.Connection) -> None:
-    """Schema 5: cache entries get an outbox flag; ``replica`` remembers an attached replicator."""
+    """Schema 6: cache entries get an outbox flag; ``replica`` remembers an attached replicator."""
     if "synced" not in {found[1] for found in conn.execute("PRAGMA table_info(idempotency_cache)")}:
         conn.execute("ALTER TABLE idempotency_cache ADD COLUMN synced INTEGER NOT NULL DEFAULT 0")
     conn.execute(
@@ -109,9 +109,22 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
     ),
     # pending() pages by a keyset range of this index, newest first.
     4: ("CREATE INDEX IF NOT EXISTS pending_created ON pending_interrupts (created_at, execution_id)",),
+    # Ownership: the owner id recorded with each owned run (no owner: queued for the fleet); rows
+    # exist only while a run is owned or queued. A pause may carry a deadline (pause expiry).
+    5: (
+        """CREATE TABLE run_owners (
+            execution_id TEXT PRIMARY KEY,
+            owner TEXT,
+            since TEXT NOT NULL
+        )""",
+        "CREATE INDEX run_owners_owner ON run_owners (owner)",
+        "CREATE INDEX run_owners_queued ON run_owners (since) WHERE owner IS NULL",
+        "ALTER TABLE pending_interrupts ADD COLUMN expires_at TEXT",
+        "CREATE INDEX pending_interrupts_expiry ON pending_interrupts (expires_at) WHERE expires_at IS NOT NULL",
+    ),
     # Cache entries ride the outbox too; ``replica`` remembers that a replicator was attached
     # (prune then keeps what the plane has not accepted).
-    5: _cache_outbox,
+    6: _cache_outbox,
 }
 
 
