@@ -14,6 +14,7 @@ import gc
 import tracemalloc
 
 import anyio
+import anyio.lowlevel
 import pytest
 from conftest import Backend
 
@@ -40,7 +41,7 @@ def streaming_agent() -> Agent:
     async def model(messages: list[Message]):  # type: ignore[no-untyped-def]
         turn = sum(1 for m in messages if m.role == "assistant")
         for i in range(CHUNKS):
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             yield f"{turn:03}:{i:03} " + "x" * 247  # a new string each: held text costs memory
         if turn < TURNS:
             yield ModelReply(tool_calls=[ToolCall("note", {"n": turn})])
