@@ -6,9 +6,9 @@ actor in ``_run_actor`` and the public operations in ``_runs``. The rules and th
 code cites are those of ``docs/durability.md``.
 """
 
-from ._agent import Agent, Runner
+from ._agent import Agent
 from ._context import current_run
-from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
+from ._errors import HandoffLimitExceeded, MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
 from ._idempotent import idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
@@ -16,10 +16,12 @@ from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
 from ._tools import tool
+from .topologies import Runner, Supervisor, Swarm
 
 __all__ = [
     "Agent",
     "Cancel",
+    "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "Recover",
     "Resume",
@@ -30,6 +32,8 @@ __all__ = [
     "Runner",
     "RunnerNotFound",
     "Runs",
+    "Supervisor",
+    "Swarm",
     "ToolNotFound",
     "current_run",
     "idempotent",

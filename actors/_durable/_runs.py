@@ -29,11 +29,12 @@ from stores import (
 )
 
 from ..models import Message
-from ._agent import Agent, Runner
+from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._messages import Cancel, Recover, Reply, Request, Resume, ResumeRun, RunMessage, Spawn, SpawnFork
 from ._result import RunResult
 from ._run_actor import RunActor
+from .topologies import Runner, Supervisor, Swarm
 
 if TYPE_CHECKING:
     from .._core import ActorRuntime
@@ -94,13 +95,13 @@ class Runs:
         self._store = store
         self._live: dict[str, RunActor] = {}
         # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
-        self._given: dict[str, Agent] = {_checked_runner(runner).name: runner for runner in runners}
-        self._spawned: dict[str, Agent] = {}
+        self._given: dict[str, Runner] = {_checked_runner(runner).name: runner for runner in runners}
+        self._spawned: dict[str, Runner] = {}
 
     # -- writes -----------------------------------------------------------------------------------
 
     async def spawn(
-        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
         """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
         self._spawned[_checked_runner(runner).name] = runner
@@ -215,18 +216,18 @@ class Runs:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _runner(self, name: str, execution_id: str) -> Agent:
+    def _runner(self, name: str, execution_id: str) -> Runner:
         """The runner a resume of ``execution_id`` uses: the one given by ``name``, else the newest spawned."""
         runner = self._given.get(name) or self._spawned.get(name)
         if runner is None:
             raise RunnerNotFound(name, execution_id=execution_id)
         return runner
 
-    async def _deliver(self, store: Store, runner: Agent, execution_id: str, message: RunMessage) -> Reply:
+    async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
         reply = Reply()
 
         def activate() -> RunActor:
-            return RunActor(store=store, agent=runner, execution_id=execution_id, live=self._live)
+            return RunActor(store=store, runner=runner, execution_id=execution_id, live=self._live)
 
         await self._runtime.deliver(
             execution_id, activate, Request(message, reply), bindings={"execution_id": execution_id}
@@ -241,7 +242,7 @@ class Runs:
         return RunRef(self, execution_id, reply)
 
 
-def _checked_runner(runner: object) -> Agent:
-    if not isinstance(runner, Agent):
-        raise TypeError(f"a runner is an Agent, not {type(runner).__name__}")
+def _checked_runner(runner: object) -> Runner:
+    if not isinstance(runner, Agent | Swarm | Supervisor):
+        raise TypeError(f"a runner is an Agent, a Swarm or a Supervisor, not {type(runner).__name__}")
     return runner
