@@ -13,22 +13,27 @@ suite, :mod:`stores.testing`, that a third-party store can run too.
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    MAX_EXECUTION_ID,
     AlreadyResumed,
     CheckpointError,
     IdempotencyError,
     IncompatibleSchema,
+    InvalidExecutionId,
     InvalidPath,
     InvalidStoreURL,
     RowTooLarge,
     RunExists,
     RunNotFound,
     SerializationError,
+    StoreCorrupt,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     TetherError,
     WriteConflict,
 )
 from ._heads import ROW_STATES, RunHead, row_state
+from ._json import MAX_DEPTH as MAX_JSON_DEPTH
 from ._json import canonical_json
 from ._json import decode as decode_json
 from ._json import encode as encode_json
@@ -85,6 +90,8 @@ __all__ = [
     "HITL_PAUSE",
     "INTERRUPTED",
     "LLM_CALL",
+    "MAX_EXECUTION_ID",
+    "MAX_JSON_DEPTH",
     "PATH_KINDS",
     "RECOVER",
     "REENTRY_SEQ",
@@ -100,6 +107,7 @@ __all__ = [
     "CheckpointError",
     "IdempotencyError",
     "IncompatibleSchema",
+    "InvalidExecutionId",
     "InvalidPath",
     "InvalidStoreURL",
     "NodeId",
@@ -114,7 +122,9 @@ __all__ = [
     "SQLiteStore",
     "SerializationError",
     "Store",
+    "StoreCorrupt",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "TetherError",
     "WriteConflict",

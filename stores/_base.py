@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Final, Self, TypeVar
 
-from ._codec import LogAppend, MessageLogs, StoredRow
-from ._errors import log_kept_changing, store_closed
-from ._model import Checkpoint, PendingInterrupt
+from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
+from ._errors import check_execution_id, log_kept_changing, store_closed
+from ._json import decode
+from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
 
-__all__ = ["REPLAN_BUDGET", "BaseStore", "LogMoved", "Plan", "StoreState", "check_page"]
+__all__ = [
+    "INTENT_PREFIX",
+    "REPLAN_BUDGET",
+    "BaseStore",
+    "LogMoved",
+    "Plan",
+    "StoreState",
+    "check_page",
+    "intent_key",
+]
 
 T = TypeVar("T")
 
@@ -28,12 +39,22 @@ T = TypeVar("T")
 #: another writer appending once more in between.
 REPLAN_BUDGET: Final = 3
 
+#: An intent of ``@idempotent(at_most_once=True)`` is a cache entry under this prefix and the call's
+#: key: it lives, is pruned and is deleted with the run's other cache entries. No other key starts
+#: so (default keys are hex digests, explicit ones start with the function's dotted name).
+INTENT_PREFIX: Final = "intent:"
+#: The value of an intent entry (what it holds does not matter; its key says what it is).
+_INTENT_VALUE: Final = {"intent": "recorded"}
+
 #: A row planned for storage: its columns and the messages it adds to its log.
 Plan = tuple[StoredRow, LogAppend | None]
 
 
-def check_page(limit: int | None, after: PendingInterrupt | None) -> None:
-    """Refuse a ``pending()`` page request of the wrong type (``TypeError``) or size (``ValueError``)."""
+def check_page(execution_id: str | None, limit: int | None, after: PendingInterrupt | None) -> None:
+    """Refuse a ``pending()`` request of the wrong type (``TypeError``) or size (``ValueError``),
+    or naming a run by an invalid id (:class:`InvalidExecutionId`)."""
+    if execution_id is not None:
+        check_execution_id(execution_id)
     if limit is not None and (type(limit) is not int or limit < 1):
         if type(limit) is not int:
             raise TypeError(f"pending(limit=...) takes a positive int or None, not {type(limit).__name__}")
@@ -86,6 +107,23 @@ class BaseStore:
         if self._state is StoreState.CLOSED:
             raise store_closed(self)
 
+    async def cache_intend(self, execution_id: str, key: str) -> Cached | bool:
+        """Before an at-most-once side effect: the result stored under ``key`` if there is one, else
+        whether this call recorded the intent now (``False``: an intent without a result was already
+        there, so an earlier attempt may have had its effect). One round trip."""
+        self._refuse_closed()
+        marker = intent_key(key)
+        body = encode_cache_value(execution_id, marker, _INTENT_VALUE)
+        found, recorded = await self._cache_intend(execution_id, key, marker, body, utcnow())
+        return Cached(decode(found)) if found is not None else recorded
+
+    async def _cache_intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | str | None, bool]:
+        """The backend's half of :meth:`cache_intend`, in one transaction: the value stored under
+        ``key``, or ``None`` and whether the entry ``marker`` (with ``body``) was inserted just now."""
+        raise NotImplementedError
+
     async def _recall(self, row: Checkpoint) -> None:
         """Load what the row's log holds into memory before planning (a backend hook; default none)."""
 
@@ -113,3 +151,8 @@ class BaseStore:
             self._logs.forget(eid)
             raise
         raise log_kept_changing(eid, row.node_id)
+
+
+def intent_key(key: str) -> str:
+    """The cache key of the intent recorded for the call cached under ``key``."""
+    return INTENT_PREFIX + key

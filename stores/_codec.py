@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ._errors import RowTooLarge, SerializationError, StoreError
-from ._json import decode, encode
+from ._errors import RowTooLarge, SerializationError, StoreError, check_execution_id
+from ._json import check_str, decode, encode
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 from ._paths import conversation_of
 
@@ -301,19 +301,21 @@ def encode_pending(pending: PendingInterrupt) -> bytes:
 
 def encode_cache_value(execution_id: str, key: str, value: Any) -> bytes:
     """An idempotency-cache value as JSON; ``SerializationError`` for a value or a NUL-bearing id."""
-    for name, text in (("execution_id", execution_id), ("key", key)):
-        if "\x00" in text:
-            raise SerializationError(
-                "a string contains a NUL character, which stores cannot keep", path=f"$.{name}"
-            )
+    check_execution_id(execution_id)
+    if not isinstance(key, str):
+        raise SerializationError(f"a value of type {type(key).__name__} is not a str", path="$.key")
+    check_str(key, "$.key", SerializationError)
     return encode(value, path="$")
 
 
-def _check_text(obj: object, fields: tuple[str, ...]) -> None:
-    """Refuse NUL in a text column before anything is written, naming the field."""
+def _check_text(obj: Checkpoint | PendingInterrupt, fields: tuple[str, ...]) -> None:
+    """Refuse a text column that is not a str (or None), or holds a NUL or a lone surrogate,
+    before anything is written, naming the field; the execution_id's documented limits first."""
+    check_execution_id(obj.execution_id)
     for name in fields:
         value = getattr(obj, name)
-        if isinstance(value, str) and "\x00" in value:
-            raise SerializationError(
-                "a string contains a NUL character, which stores cannot keep", path=f"$.{name}"
-            )
+        if isinstance(value, str):
+            if "\x00" in value or not value.isascii():
+                check_str(value, f"$.{name}", SerializationError)
+        elif value is not None:
+            raise SerializationError(f"a value of type {type(value).__name__} is not a str", path=f"$.{name}")

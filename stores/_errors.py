@@ -6,18 +6,23 @@ Each refusal a store makes has one constructor here, so every backend words it t
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "AlreadyResumed",
     "CheckpointError",
     "IdempotencyError",
     "IncompatibleSchema",
+    "InvalidExecutionId",
     "InvalidPath",
     "InvalidStoreURL",
     "RowTooLarge",
     "RunExists",
     "RunNotFound",
     "SerializationError",
+    "StoreCorrupt",
     "StoreError",
+    "StoreFull",
     "StoreUnavailable",
     "TetherError",
     "WriteConflict",
@@ -72,6 +77,15 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached or opened (bad DSN, refused connection, not a database file)."""
 
 
+class StoreFull(StoreUnavailable):
+    """The database could not grow (a full disk, a file-size limit): the write was not committed,
+    nothing committed before it is lost, and writing works again once space is freed."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file is damaged; the store refuses every further write to it."""
+
+
 class IncompatibleSchema(StoreError):
     """The database was written by a newer schema version than this tether understands."""
 
@@ -80,11 +94,77 @@ class InvalidPath(TetherError, ValueError):
     """An ``agent_path`` or ``node_id`` that is not in the row grammar (docs/durability.md)."""
 
 
+class InvalidExecutionId(TetherError, ValueError):
+    """An ``execution_id`` that is not a str of 1 to :data:`MAX_EXECUTION_ID` characters without NUL
+    or lone surrogates (the same limit on every backend)."""
+
+
 class InvalidStoreURL(StoreError, ValueError):
     """A store URL that :func:`stores.open_store` cannot read: an unknown scheme, or a malformed URL."""
 
 
+#: The longest ``execution_id`` every backend stores (PostgreSQL's B-tree entries cap it; SQLite
+#: keeps the same limit so that a run moves between backends).
+MAX_EXECUTION_ID: Final = 255
+
 # -- refusals: one wording for each, shared by every backend ------------------------------------
+
+
+def check_execution_id(execution_id: object) -> str:
+    """``execution_id`` itself, or :class:`InvalidExecutionId` naming what is wrong with it."""
+    if not isinstance(execution_id, str):
+        raise InvalidExecutionId(f"an execution_id is a str, not {type(execution_id).__name__}")
+    if not 0 < len(execution_id) <= MAX_EXECUTION_ID:
+        raise InvalidExecutionId(
+            f"an execution_id has 1 to {MAX_EXECUTION_ID} characters; this one has {len(execution_id)}"
+        )
+    if "\x00" in execution_id:
+        raise InvalidExecutionId(f"execution_id {execution_id!r} contains a NUL character")
+    if not execution_id.isascii() and _has_surrogate(execution_id):
+        raise InvalidExecutionId(
+            f"execution_id {execution_id!r} contains a lone surrogate, which UTF-8 cannot encode"
+        )
+    return execution_id
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def reserved_schema(schema: str) -> StoreError:
+    """A PostgreSQL schema name that the server keeps for itself."""
+    return StoreError(
+        f"schema {schema!r} is reserved by PostgreSQL (pg_* and information_schema hold the "
+        "server's catalogs): pick another schema name"
+    )
+
+
+def invalid_schema(schema: object) -> StoreError:
+    """A PostgreSQL schema name outside what the store accepts."""
+    return StoreError(
+        f"invalid schema name {schema!r}: use letters, digits and underscores, "
+        "not starting with a digit, at most 63 characters"
+    )
+
+
+def store_full(where: str, cause: str) -> StoreFull:
+    """A write that the database could not make room for."""
+    return StoreFull(
+        f"cannot write to {where}: {cause}; this write was not committed and nothing committed "
+        "before it is lost: free space, then resume the runs that stopped"
+    )
+
+
+def store_corrupt(where: str, cause: str) -> StoreCorrupt:
+    """A read or write that found the database damaged."""
+    return StoreCorrupt(
+        f"{where} is damaged ({cause}): the store refuses further writes to it; run `tether check` "
+        "on it and restore it from a backup (docs/durability.md, 'The SQLite file')"
+    )
 
 
 def run_exists(execution_id: str) -> RunExists:

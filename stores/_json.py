@@ -1,6 +1,7 @@
 """The JSON rule: a value is stored only if it round-trips unchanged.
 
-Allowed: None, bool, int (fits in 64 bits), finite float, str without NUL, list, dict with str keys.
+Allowed: None, bool, int (fits in 64 bits), finite float, str without NUL or lone surrogates (UTF-8
+cannot encode them), list, dict with str keys, nested at most :data:`MAX_DEPTH` lists and dicts deep.
 Normalised on the way in (documented): tuples become lists, msgspec Structs and dataclasses become
 dicts. Anything else raises :class:`SerializationError` naming its path, before anything is written.
 
@@ -14,13 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from ._errors import SerializationError
 
-__all__ = ["canonical_json", "decode", "encode", "normalize"]
+__all__ = ["MAX_DEPTH", "canonical_json", "check_str", "decode", "encode", "normalize"]
+
+#: How many lists and dicts deep a value may nest (``[[1]]`` is 2 deep). Deeper values are refused
+#: with :class:`SerializationError` instead of exhausting the interpreter's recursion limit.
+MAX_DEPTH: Final = 256
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -42,12 +47,13 @@ def encode(value: Any, *, path: str = "$", error: type[SerializationError] = Ser
         return b"{}"
     try:
         data = _encoder.encode(value)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, RecursionError):  # UnicodeEncodeError is a ValueError
         return _encoder.encode(normalize(value, path=path, error=error))
     if (
         (_BACKSLASH not in data or _NUL_ESCAPE not in data)  # memchr first: most values have no escape
         and _decoder.decode(data) == value
         and _ints_fit(value)
+        and _shallow(value, data)
     ):
         return data
     return _encoder.encode(normalize(value, path=path, error=error))
@@ -59,6 +65,24 @@ def _ints_fit(value: Any) -> bool:
         _width_check(value)
     except (OverflowError, TypeError, ValueError):
         return False
+    return True
+
+
+def _shallow(value: Any, data: bytes) -> bool:
+    """Whether ``value`` (plain JSON, encoded as ``data``) nests at most :data:`MAX_DEPTH` deep.
+
+    Nesting that deep needs that many brackets: most values are cleared by two byte counts (C
+    speed); only a value with more brackets than the limit is walked.
+    """
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+        return True
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        children = item.values() if type(item) is dict else item if type(item) is list else ()
+        stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
     return True
 
 
@@ -79,11 +103,14 @@ def normalize(value: Any, *, path: str = "$", error: type[SerializationError] = 
 
     Raises ``error`` (a :class:`SerializationError`) with the path of the first value that breaks the rule.
     """
+    return _normalize(value, path, error, 0)
+
+
+def _normalize(value: Any, path: str, error: type[SerializationError], depth: int) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
-        if "\x00" in value:
-            raise error("a string contains a NUL character, which JSON stores cannot keep", path=path)
+        check_str(value, path, error)
         return value
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
@@ -93,21 +120,39 @@ def normalize(value: Any, *, path: str = "$", error: type[SerializationError] = 
         if not math.isfinite(value):
             raise error(f"float {value!r} is not finite; JSON has no NaN or infinity", path=path)
         return float(value)
+    if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+        raise error(f"the value nests more than {MAX_DEPTH} lists and dicts deep", path=path)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise error(f"dict key {key!r} is a {type(key).__name__}, not a str", path=path)
-            out[key] = normalize(item, path=_child(path, key), error=error)
+            check_str(key, path, error)
+            out[key] = _normalize(item, _child(path, key), error, depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [normalize(item, path=f"{path}[{i}]", error=error) for i, item in enumerate(value)]
+        return [_normalize(item, f"{path}[{i}]", error, depth + 1) for i, item in enumerate(value)]
     if isinstance(value, msgspec.Struct):
-        return normalize(msgspec.structs.asdict(value), path=path, error=error)
+        return _normalize(msgspec.structs.asdict(value), path, error, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return normalize(fields, path=path, error=error)
+        return _normalize(fields, path, error, depth)
     raise error(f"a value of type {type(value).__name__} is not JSON", path=path)
+
+
+def check_str(value: str, path: str, error: type[SerializationError]) -> None:
+    """Refuse a NUL (stores cannot keep it) or a lone surrogate (UTF-8 cannot encode it)."""
+    if "\x00" in value:
+        raise error("a string contains a NUL character, which JSON stores cannot keep", path=path)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise error(
+                f"a string contains a lone surrogate ({value[exc.start]!r} at index {exc.start}), "
+                "which UTF-8 cannot encode",
+                path=path,
+            ) from None
 
 
 def _child(path: str, key: str) -> str:

@@ -110,6 +110,11 @@ class Store(Protocol):
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert the entry if absent and return the stored value (the first writer's wins)."""
 
+    async def cache_intend(self, execution_id: str, key: str) -> Cached | bool:
+        """Before an at-most-once side effect: the entry for ``(execution_id, key)`` if there is one,
+        else record the intent for ``key`` (insert if absent) and say whether this call recorded it
+        (``False``: an intent without a result was already there: the side effect is in doubt)."""
+
     async def try_lock(self, execution_id: str) -> bool:
         """Take the run's ownership lock; ``False`` if held by anyone else (another process, or another
         holder in this one). The lock is released by :meth:`unlock` or when the holder process dies."""

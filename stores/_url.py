@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ._dsn import PG_KEYWORDS, keyword_dsn, unknown_keyword
 from ._errors import InvalidStoreURL
 
 if TYPE_CHECKING:
@@ -26,31 +27,6 @@ __all__ = ["open_store"]
 
 _SQLITE: Final = "sqlite://"
 _POSTGRES_SCHEMES: Final = frozenset({"postgresql", "postgres"})
-#: The connection keywords asyncpg reads from a URI's query (and so from a keyword string).
-_PG_KEYWORDS: Final = frozenset(
-    {
-        "host",
-        "port",
-        "dbname",
-        "database",
-        "user",
-        "password",
-        "passfile",
-        "service",
-        "sslmode",
-        "sslcert",
-        "sslkey",
-        "sslrootcert",
-        "sslcrl",
-        "sslpassword",
-        "sslnegotiation",
-        "ssl_min_protocol_version",
-        "ssl_max_protocol_version",
-        "target_session_attrs",
-        "krbsrvname",
-        "gsslib",
-    }
-)
 _FORMS: Final = (
     "use sqlite:///relative/path.db, sqlite:////absolute/path.db, "
     "postgresql://user@host:port/db?schema=name, or a libpq keyword string (host=... dbname=...)"
@@ -75,7 +51,7 @@ def open_store(url: str, **options: Any) -> SQLiteStore | PostgresStore:
             return _postgres(dsn, schema, options)
         raise InvalidStoreURL(f"unknown store URL scheme {scheme!r}: {_FORMS}")
     if "=" in text:
-        dsn, schema = _postgres_keywords(text)
+        dsn, schema = keyword_dsn(text)
         return _postgres(dsn, schema, options)
     raise InvalidStoreURL(f"{text!r} is not a store URL (it has no scheme): {_FORMS}")
 
@@ -123,72 +99,9 @@ def _postgres_uri(url: str) -> tuple[str, str | None]:
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name == "schema":
             schema = value
-        elif name in _PG_KEYWORDS:
+        elif name in PG_KEYWORDS:
             kept.append((name, value))
         else:
-            raise InvalidStoreURL(_unknown_keyword(name))
+            raise InvalidStoreURL(unknown_keyword(name))
     dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment))
     return dsn, schema
-
-
-def _postgres_keywords(text: str) -> tuple[str, str | None]:
-    """A libpq keyword string as an equivalent URI (asyncpg reads its keywords from the query)."""
-    pairs = _split_keywords(text)
-    schema = pairs.pop("schema", None)
-    for name in pairs:
-        if name not in _PG_KEYWORDS:
-            raise InvalidStoreURL(_unknown_keyword(name))
-    return "postgresql://?" + urlencode(list(pairs.items())), schema
-
-
-def _unknown_keyword(name: str) -> str:
-    return (
-        f"unsupported PostgreSQL connection parameter {name!r} in the store URL: supported are schema, "
-        f"{', '.join(sorted(_PG_KEYWORDS))}; pass anything else through PostgresStore(...) directly"
-    )
-
-
-def _split_keywords(text: str) -> dict[str, str]:
-    """``key=value`` pairs of a libpq keyword string (later keys win, as in libpq)."""
-    pairs: dict[str, str] = {}
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            return pairs
-        start = i
-        while i < n and text[i] != "=" and not text[i].isspace():
-            i += 1
-        key = text[start:i]
-        while i < n and text[i].isspace():
-            i += 1
-        if not key or i >= n or text[i] != "=":
-            # Never quote the text: a misplaced word may be a password.
-            where = (
-                f"after {key!r}" if key in _PG_KEYWORDS or key == "schema" else f"at word {len(pairs) + 1}"
-            )
-            raise InvalidStoreURL(f"malformed libpq keyword string: expected key=value {where}")
-        i += 1
-        while i < n and text[i].isspace():
-            i += 1
-        value: list[str] = []
-        if i < n and text[i] == "'":
-            i += 1
-            while i < n and text[i] != "'":
-                if text[i] == "\\" and i + 1 < n:
-                    i += 1
-                value.append(text[i])
-                i += 1
-            if i >= n:
-                raise InvalidStoreURL(
-                    f"malformed libpq keyword string: the value of {key!r} has no closing quote"
-                )
-            i += 1
-        else:
-            while i < n and not text[i].isspace():
-                if text[i] == "\\" and i + 1 < n:
-                    i += 1
-                value.append(text[i])
-                i += 1
-        pairs[key] = "".join(value)

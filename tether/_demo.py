@@ -12,13 +12,13 @@ import sys
 
 import anyio
 
-from actors import ActorSystem, Resume, RunResult
+from actors import ActorSystem, Agent, Resume, RunResult
 from stores import SQLiteStore, new_id
 
 from ._refund import RefundBot
 from ._store_url import opened_store
 
-__all__ = ["DemoBot", "run_demo"]
+__all__ = ["DemoBot", "demo_agent", "run_demo"]
 
 #: Bound on the child process that starts the large refund.
 _CHILD_TIMEOUT = 60.0
@@ -31,6 +31,11 @@ class DemoBot(RefundBot):
 
     def charge(self, order: str, amount: int, approver: str | None) -> None:
         print(f"  [pid {os.getpid()}] charged a refund of {amount} cents on order {order}", flush=True)
+
+
+def demo_agent() -> Agent:
+    """The demo's runner, for ``--runner tether._demo:demo_agent`` (approve, resume, fork, inspect)."""
+    return DemoBot().agent()
 
 
 async def run_demo(url: str) -> None:

@@ -15,7 +15,7 @@ import anyio
 
 from stores import Store, open_store
 
-__all__ = ["DEFAULT_STORE", "ENV_STORE", "opened_store", "store_url"]
+__all__ = ["DEFAULT_STORE", "ENV_STORE", "close_store", "opened_store", "store_url"]
 
 #: The store a command uses when neither ``--store`` nor ``$TETHER_STORE`` names one.
 DEFAULT_STORE = "sqlite:///tether.db"
@@ -38,9 +38,14 @@ async def opened_store(url: str) -> AsyncIterator[Store]:
     that cannot be reached or is not a database, :class:`~stores.StoreUnavailable`.
     """
     store = open_store(url)
-    await store.setup()
     try:
+        await store.setup()
         yield store
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-            await store.close()
+        await close_store(store)
+
+
+async def close_store(store: Store) -> None:
+    """Close ``store``, shielded and bounded (a command ending, or one being cancelled)."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+        await store.close()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from actors import RunnerNotFound
 from stores import TetherError
 
 from . import __version__
@@ -62,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refusal = _refusal(error)
         if refusal is None:
             raise
-        print(f"{type(refusal).__name__}: {refusal}", file=sys.stderr)
+        hint = " (on the command line: --runner MODULE:ATTR)" if isinstance(refusal, RunnerNotFound) else ""
+        print(f"{type(refusal).__name__}: {refusal}{hint}", file=sys.stderr)
         return EXIT_REFUSED
 
 

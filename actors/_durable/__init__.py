@@ -8,8 +8,15 @@ code cites are those of ``docs/durability.md``.
 
 from ._agent import Agent
 from ._context import current_run
-from ._errors import HandoffLimitExceeded, MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound
-from ._idempotent import idempotent
+from ._errors import (
+    HandoffLimitExceeded,
+    MaxTurnsExceeded,
+    ResumeRequired,
+    RunnerNotFound,
+    SideEffectInDoubt,
+    ToolNotFound,
+)
+from ._idempotent import idempotency_key, idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
 from ._queries import RunSummary, list_runs, run_status
@@ -32,10 +39,12 @@ __all__ = [
     "Runner",
     "RunnerNotFound",
     "Runs",
+    "SideEffectInDoubt",
     "Supervisor",
     "Swarm",
     "ToolNotFound",
     "current_run",
+    "idempotency_key",
     "idempotent",
     "interrupt",
     "list_runs",

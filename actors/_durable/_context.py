@@ -1,5 +1,6 @@
 """What a run binds while it executes a step: the run's id, the writer's ``agent_path``, the store
-(for ``@idempotent``), and the :class:`~actors.Resume` of a tool call being resumed.
+(for ``@idempotent``), the step (its row's ``seq``, and the count of ``@idempotent`` calls made in
+it so far), and the :class:`~actors.Resume` of a tool call being resumed.
 
 One context variable holds a :class:`RunContext`. The run actor binds it around each step with
 :func:`bind_run` / :func:`bind`; tasks and worker threads started inside inherit it (anyio copies
@@ -9,6 +10,7 @@ the context into ``to_thread.run_sync`` and ``from_thread.run``). :func:`current
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -21,14 +23,44 @@ if TYPE_CHECKING:
 
     from ._messages import Resume
 
-__all__ = ["RunContext", "RunInfo", "bind", "bind_run", "current_context", "current_resume", "current_run"]
+__all__ = [
+    "Occurrences",
+    "RunContext",
+    "RunInfo",
+    "bind",
+    "bind_run",
+    "current_context",
+    "current_resume",
+    "current_run",
+]
+
+
+class Occurrences:
+    """How many ``@idempotent`` calls of each (function, arguments) one execution of a step has made:
+    the k-th identical call is occurrence k, so a re-run of the step, counting again from 0, finds each
+    earlier result in order. Thread-safe (a sync tool's calls come from a worker thread)."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next(self, call: str) -> int:
+        """The occurrence number of this call of ``call`` (0 for the first)."""
+        with self._lock:
+            k = self._counts.get(call, 0)
+            self._counts[call] = k + 1
+            return k
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
     """The binding of one step of a run. ``store`` is where ``@idempotent`` caches (``None``: no
-    caching); ``resume`` is set only while the tool call that paused runs again. Derive the
-    binding of a nested step with ``dataclasses.replace(ctx, agent_path=..., node_id=..., resume=...)``."""
+    caching); ``step`` the ``seq`` of the step's row (for a re-entered tool, its original tool
+    row), which with ``occurrences`` makes ``@idempotent``'s default key; ``resume`` is set only
+    while the tool call that paused runs again. Derive the binding of a nested step with
+    ``dataclasses.replace(ctx, agent_path=..., node_id=..., step=..., occurrences=Occurrences())``."""
 
     execution_id: str
     agent_path: str | None = None
@@ -36,6 +68,8 @@ class RunContext:
     node_id: str | None = None
     resume: Resume | None = None
     shared: dict[str, Any] | None = None
+    step: int | None = None
+    occurrences: Occurrences = dataclasses.field(default_factory=Occurrences)
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -89,8 +123,10 @@ def bind_run(
     node_id: str | None = None,
     resume: Resume | None = None,
     shared: dict[str, Any] | None = None,
+    step: int | None = None,
 ) -> AbstractContextManager[RunContext]:
-    """Bind a new :class:`RunContext` for the ``with`` block."""
+    """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
+    counting its ``@idempotent`` calls from 0)."""
     return bind(
         RunContext(
             execution_id=execution_id,
@@ -99,5 +135,6 @@ def bind_run(
             node_id=node_id,
             resume=resume,
             shared=shared,
+            step=step,
         )
     )

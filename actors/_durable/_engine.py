@@ -41,6 +41,7 @@ from stores import (
 )
 
 from ..models import Message, ToolCall
+from ..models._intake import take_in
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import bind_run
@@ -57,7 +58,7 @@ from ._messages import (
     Step,
     TakeTurn,
 )
-from ._runlog import RunLog
+from ._runlog import RunLog, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
 
@@ -149,7 +150,11 @@ class RunEngine(Level):
         await self.rows.append(
             self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
         )
-        reply = await self.agent.model.complete(transcript.messages, self._schemas)
+        reply = take_in(
+            await self.agent.model.complete(transcript.messages, self._schemas),
+            transcript,
+            model=self.agent.model,
+        )
         transcript.append(reply.to_message())
         if not reply.tool_calls:
             return Answered(reply.text)
@@ -183,6 +188,9 @@ class RunEngine(Level):
     ) -> Next:
         """A topology's tool: a child to run (its outcome answers the call), a text, or an outcome
         that ends this agent's work (a handoff)."""
+        if call.arguments_error is not None:
+            content = f"Tool '{call.name}' got invalid arguments: {call.arguments_error}"
+            return self._answered(call, turn, index, content, after_pause=after_pause)
         result = await self._specials[call.name].call(self, row, call, below)
         if isinstance(result, Delegation):
             self._waiting = (call, turn, index, after_pause)
@@ -229,6 +237,8 @@ class RunEngine(Level):
             return _tool_message(
                 call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
             )
+        if call.arguments_error is not None:
+            return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         try:
@@ -239,6 +249,7 @@ class RunEngine(Level):
                 node_id=row.node_id,
                 resume=resume,
                 shared=self.rows.shared,
+                step=step_seq(row),
             ):
                 outcome = await tool.invoke(call.arguments)
         except PauseSignal as signal:
@@ -267,13 +278,7 @@ class RunEngine(Level):
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
             return TakeTurn(turn)
-        calls = _calls_of(transcript, step)
-        call_id = step.state_snapshot.get("tool_call_id")
-        index = next((i for i, call in enumerate(calls) if call.id == call_id), None)
-        if index is None:
-            raise AlreadyResumed(
-                f"run {self.execution_id!r}: row {step.node_id!r} names no tool call to re-enter"
-            )
+        calls, index = _call_of(transcript, step)
         self._calls = calls
         self._rerun_row = step
         return RerunTool(turn, index, decision, after_pause)
@@ -285,7 +290,7 @@ class RunEngine(Level):
         step = self._rerun_row
         assert step is not None
         calls = self._calls
-        call = ToolCall(calls[index].name, dict(step.node_input), calls[index].id)
+        call = msgspec.structs.replace(calls[index], arguments=dict(step.node_input))
         if call.name in self._specials:
             below, self._below = self._below, None
             return await self._special(step, call, turn, index, below, after_pause=after_pause)
@@ -318,12 +323,23 @@ def _tool_message(call: ToolCall, content: str) -> Message:
     return Message("tool", content, tool_call_id=call.id, name=call.name)
 
 
-def _calls_of(transcript: Transcript, step: Checkpoint) -> list[ToolCall]:
-    """The tool calls of the assistant message a tool row belongs to (the newest one with calls)."""
-    for message in reversed(transcript.messages):
+def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], int]:
+    """The calls of the reply a tool row belongs to, and which of them the row is for.
+
+    The row's own conversation says it: the newest assistant message with calls, followed by the
+    answers of the calls before this one. So the call is found by its position, never by an id a
+    model chose (ids may repeat in old rows); the row's tool name must agree.
+    """
+    messages = transcript.messages
+    for start in range(len(messages) - 1, -1, -1):
+        message = messages[start]
         if message.role == "assistant" and message.tool_calls:
-            return list(message.tool_calls)
-    raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} has no tool call to re-enter")
+            index = sum(1 for m in messages[start + 1 :] if m.role == "tool")
+            calls = list(message.tool_calls)
+            if index < len(calls) and calls[index].name == step.state_snapshot.get("tool_name"):
+                return calls, index
+            break
+    raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} names no tool call to re-enter")
 
 
 def _first_signal(group: BaseExceptionGroup[PauseSignal]) -> PauseSignal:

@@ -1,4 +1,5 @@
-"""Errors of durable runs: a missing runner or tool, a pause that needs a decision, a run out of turns.
+"""Errors of durable runs: a missing runner or tool, a pause that needs a decision, a run out of turns,
+a side effect in doubt.
 
 Each derives from :class:`stores.TetherError` and names the run, runner or tool it is about,
 so a message read in a log says what to fix.
@@ -6,7 +7,14 @@ so a message read in a log says what to fix.
 
 from __future__ import annotations
 
-__all__ = ["HandoffLimitExceeded", "MaxTurnsExceeded", "ResumeRequired", "RunnerNotFound", "ToolNotFound"]
+__all__ = [
+    "HandoffLimitExceeded",
+    "MaxTurnsExceeded",
+    "ResumeRequired",
+    "RunnerNotFound",
+    "SideEffectInDoubt",
+    "ToolNotFound",
+]
 
 from collections.abc import Sequence
 
@@ -77,4 +85,21 @@ class HandoffLimitExceeded(TetherError):
         self.max_handoffs = max_handoffs
         self.swarm = swarm
         self.path = list(path)
+        self.execution_id = execution_id
+
+
+class SideEffectInDoubt(TetherError):
+    """An ``@idempotent(at_most_once=True)`` call found its intent recorded and no result: an earlier
+    attempt started the body and never stored its result (a crash, a cancel, or an exception), so its
+    side effect may or may not have happened. The body is not run again; reconcile with the external
+    system by :attr:`key` (what ``idempotency_key()`` returned inside that attempt)."""
+
+    def __init__(self, function: str, key: str, *, execution_id: str) -> None:
+        super().__init__(
+            f"@idempotent(at_most_once=True) function {function!r} may already have run in run "
+            f"{execution_id!r}: its intent was recorded but no result (idempotency key {key!r}); "
+            f"it is not run again: check the external system for that key"
+        )
+        self.function = function
+        self.key = key
         self.execution_id = execution_id

@@ -1,25 +1,33 @@
-"""``@idempotent``: run a side effect once per run, even when a resume or a recovery re-runs its step.
+"""``@idempotent``: run a side effect once per call of a run, even when a resume or a recovery re-runs its step.
 
-Inside a run, the result is cached in the run's store per ``(execution_id, key)``; a later call with
-the same key (a re-run tool, another agent of the same topology, another process) gets the cached
-value without running the body. A fork has a new ``execution_id``, so a new cache. Outside a run
-(nothing bound) the body runs every time.
+Inside a run, the result is cached in the run's store per ``(execution_id, key)``. The default key is
+the call's occurrence: a digest of the ``execution_id``, the step it runs in (its row's ``seq``; for a
+re-entered tool its original tool row, so a resume or a recovery in any process finds it), the
+function's module and qualified name, its arguments as canonical JSON (bound to the signature with
+defaults applied: ``f(1)``, ``f(x=1)`` and, for a default ``x=1``, ``f()`` are one call), and ``k``
+for the k-th such call in that execution of the step. A re-run of a step counts again from 0, so it
+gets each earlier result in order and runs no body twice; two intentional identical calls (in one
+step or in two) are two occurrences and run twice, as without durability. ``key=fn`` gives an
+explicit key scoped to the whole run (prefixed with the function's name, so two functions never
+share an entry). A fork has a new ``execution_id``, so a new cache. Outside a run the body runs
+every time. Arguments that are not JSON need ``key=``.
 
-The key is, by default, the sha256 of the function's module and qualified name and its arguments
-as canonical JSON, bound to the signature with defaults applied (so ``f(1)``, ``f(x=1)`` and, for a
-default ``x=1``, ``f()`` are one call; keyword order does not matter); arguments that are not JSON need ``key=``, a
-function of the same arguments returning a ``str`` (it is prefixed with the function's name, so two
-functions never share an entry).
+Entries written before keys counted occurrences (a digest of the name and the arguments alone) stay
+readable: a miss under the occurrence key reads the entry of that older form, so a run in flight
+across the upgrade does not run a body again.
 
-Every call returns the result's JSON form (``stores.normalize_json``: Structs and dataclasses
-become dicts, tuples lists), the first call included, so a hit and a miss give equal values, in a
-run or not. A result that is not JSON raises :class:`~stores.IdempotencyError` (after the
-body ran; nothing is cached).
+A crash after the body's side effect and before its result commits re-runs the body on recovery:
+at-least-once across a crash. Inside the body :func:`idempotency_key` returns a key that is the same
+on every re-run of that call, for an external API that deduplicates (exactly-once end to end);
+``at_most_once=True`` records an intent before the body and, when a re-run finds an intent and no
+result, raises :class:`~actors.SideEffectInDoubt` instead of running the body again.
 
-Concurrent calls of one key in one process run the body once: the first caller leads, the others
-wait for it and get its value (or its exception; a cancelled leader lets the next waiter lead).
-Across processes the store's insert-if-absent ``cache_put`` makes the first stored value win, and
-every caller returns the stored value.
+Every call returns the result's JSON form (``stores.normalize_json``), the first call included, so a
+hit and a miss give equal values. A result that is not JSON raises :class:`~stores.IdempotencyError`
+(after the body ran; nothing is cached). Concurrent calls of one key in one process (an explicit key)
+run the body once: the first caller leads, the others get its value or exception (a cancelled leader
+lets the next waiter lead). Across processes the store's insert-if-absent ``cache_put`` makes the
+first stored value win.
 
 Sync functions work in a run when called from a worker thread (a sync tool runs in one); on the
 event-loop thread a sync ``@idempotent`` function cannot wait for the store and raises ``RuntimeError``.
@@ -30,24 +38,53 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 import anyio
 import anyio.from_thread
 
-from stores import IdempotencyError, Store, canonical_json
+from stores import IdempotencyError, Store, canonical_json, new_id
 from stores import normalize_json as normalize
 
-from ._context import current_context
+from ._context import RunContext, current_context
+from ._errors import SideEffectInDoubt
 
-__all__ = ["idempotent"]
+__all__ = ["idempotency_key", "idempotent"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 KeyFn = Callable[..., str]
 _FlightKey = tuple[int, str, str]
+#: Tags the digest of an occurrence key (and of an idempotency key), so no other form collides.
+_OCCURRENCE = "tether.idempotent/occurrence"
+_EXTERNAL = "tether.idempotency_key"
+
+#: The idempotency key of the ``@idempotent`` body running in this task or thread.
+_current_key: ContextVar[str | None] = ContextVar("tether_idempotency_key", default=None)
+
+
+def idempotency_key() -> str:
+    """Inside an ``@idempotent`` body: a key of this call that is the same on every re-run of it (a
+    resume, a recovery in any process), to hand to an external API that deduplicates (a payment
+    API's ``Idempotency-Key``). Outside a run each call is its own: a fresh key. ``RuntimeError``
+    outside an ``@idempotent`` body."""
+    key = _current_key.get()
+    if key is None:
+        raise RuntimeError("idempotency_key() is called inside an @idempotent function's body, not here")
+    return key
+
+
+@contextmanager
+def _keyed(key: str) -> Iterator[None]:
+    token = _current_key.set(key)
+    try:
+        yield
+    finally:
+        _current_key.reset(token)
 
 
 class _Flight:
@@ -66,6 +103,39 @@ class _Flight:
 _flights: dict[_FlightKey, _Flight] = {}
 
 
+class _Call:
+    """One call of an ``@idempotent`` function in a run: where it caches, under which keys."""
+
+    __slots__ = ("at_most_once", "execution_id", "external", "key", "legacy", "name", "store")
+
+    def __init__(
+        self, store: Store, execution_id: str, name: str, key: str, legacy: str | None, *, at_most_once: bool
+    ) -> None:
+        self.store = store
+        self.execution_id = execution_id
+        self.name = name
+        self.key = key
+        self.legacy = legacy
+        self.at_most_once = at_most_once
+        self.external = hashlib.sha256(canonical_json([_EXTERNAL, execution_id, key])).hexdigest()
+
+    async def lookup(self) -> tuple[bool, Any]:
+        """``(True, value)`` when a result is stored; ``(False, None)`` when the body must run (for
+        an at-most-once call, once its intent is recorded). Raises ``SideEffectInDoubt``."""
+        store, eid = self.store, self.execution_id
+        if not self.at_most_once:
+            hit = await store.cache_get(eid, self.key)
+            if hit is None and self.legacy is not None:
+                hit = await store.cache_get(eid, self.legacy)
+            return (False, None) if hit is None else (True, hit.value)
+        if self.legacy is not None and (old := await store.cache_get(eid, self.legacy)) is not None:
+            return True, old.value
+        found = await store.cache_intend(eid, self.key)
+        if found is False:
+            raise SideEffectInDoubt(self.name, self.external, execution_id=eid)
+        return (False, None) if found is True else (True, found.value)
+
+
 def _settle(flight: _Flight, *, value: Any = None, error: BaseException | None = None) -> None:
     """Finish a flight (on the event-loop thread): share its value or exception, or let a waiter lead."""
     if isinstance(error, Exception):
@@ -79,10 +149,10 @@ def _settle(flight: _Flight, *, value: Any = None, error: BaseException | None =
     flight.done.set()
 
 
-async def _begin(store: Store, execution_id: str, key: str) -> tuple[bool, Any, _Flight | None]:
+async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
     """``(True, value, None)`` on a hit, else ``(False, None, flight)``: the caller leads and must
     finish the flight with :func:`_finish` or :func:`_settle`."""
-    flight_key = (id(store), execution_id, key)
+    flight_key = (id(call.store), call.execution_id, call.key)
     while (other := _flights.get(flight_key)) is not None:
         await other.done.wait()
         if other.error is not None:
@@ -92,20 +162,20 @@ async def _begin(store: Store, execution_id: str, key: str) -> tuple[bool, Any, 
     flight = _Flight(flight_key)
     _flights[flight_key] = flight
     try:
-        hit = await store.cache_get(execution_id, key)
+        hit, value = await call.lookup()
     except BaseException as exc:
         _settle(flight, error=exc)
         raise
-    if hit is not None:
-        _settle(flight, value=hit.value)
-        return True, hit.value, None
+    if hit:
+        _settle(flight, value=value)
+        return True, value, None
     return False, None, flight
 
 
-async def _finish(store: Store, execution_id: str, key: str, flight: _Flight, result: Any, name: str) -> Any:
+async def _finish(call: _Call, flight: _Flight, result: Any) -> Any:
     """Store the leader's result (insert-if-absent) and hand the stored value to the waiters."""
     try:
-        stored = await store.cache_put(execution_id, key, _json_result(result, name))
+        stored = await call.store.cache_put(call.execution_id, call.key, _json_result(result, call.name))
     except BaseException as exc:
         _settle(flight, error=exc)
         raise
@@ -127,43 +197,50 @@ def _bare(exc: IdempotencyError) -> str:
     return text[: -len(suffix)] if text.endswith(suffix) else text
 
 
-def _default_key(
+def _json_arguments(
     name: str, signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> str:
+) -> Any:
     if signature is not None:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         arguments: Any = dict(bound.arguments)
-        path = "$.arguments"
     else:
-        arguments, path = [list(args), kwargs], "$.arguments"
+        arguments = [list(args), kwargs]
     try:
-        json_arguments = normalize(arguments, path=path, error=IdempotencyError)
+        return normalize(arguments, path="$.arguments", error=IdempotencyError)
     except IdempotencyError as exc:
         raise IdempotencyError(
             f"@idempotent function {name!r} was called with an argument that is not JSON "
             f"({_bare(exc)}); pass @idempotent(key=...) to name its cache entry",
             path=exc.path,
         ) from None
-    return hashlib.sha256(canonical_json([name, json_arguments])).hexdigest()
 
 
-def _make_key(
+def _make_call(
+    ctx: RunContext,
+    store: Store,
     name: str,
     signature: inspect.Signature | None,
     key_fn: KeyFn | None,
+    at_most_once: bool,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> str:
-    if key_fn is None:
-        return _default_key(name, signature, args, kwargs)
-    user_key = key_fn(*args, **kwargs)
-    if not isinstance(user_key, str):
-        raise TypeError(f"@idempotent key= for {name!r} must return a str, not {type(user_key).__name__}")
-    return f"{name}:{user_key}"
+) -> _Call:
+    eid = ctx.execution_id
+    if key_fn is not None:
+        user_key = key_fn(*args, **kwargs)
+        if not isinstance(user_key, str):
+            raise TypeError(f"@idempotent key= for {name!r} must return a str, not {type(user_key).__name__}")
+        return _Call(store, eid, name, f"{name}:{user_key}", None, at_most_once=at_most_once)
+    arguments = _json_arguments(name, signature, args, kwargs)
+    legacy = hashlib.sha256(canonical_json([name, arguments])).hexdigest()
+    step = ctx.step if ctx.step is not None else ctx.node_id
+    k = ctx.occurrences.next(legacy)
+    key = hashlib.sha256(canonical_json([_OCCURRENCE, eid, step, name, arguments, k])).hexdigest()
+    return _Call(store, eid, name, key, legacy, at_most_once=at_most_once)
 
 
-def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None) -> Callable[..., Any]:
+def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None, at_most_once: bool) -> Callable[..., Any]:
     name = f"{fn.__module__}.{fn.__qualname__}"
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
@@ -176,19 +253,20 @@ def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None) -> Callable[..., Any]:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             ctx = current_context()
             if ctx is None or ctx.store is None:
-                return _json_result(await fn(*args, **kwargs), name)
-            store, execution_id = ctx.store, ctx.execution_id
-            key = _make_key(name, signature, key_fn, args, kwargs)
-            hit, value, flight = await _begin(store, execution_id, key)
+                with _keyed(new_id()):
+                    return _json_result(await fn(*args, **kwargs), name)
+            call = _make_call(ctx, ctx.store, name, signature, key_fn, at_most_once, args, kwargs)
+            hit, value, flight = await _begin(call)
             if hit:
                 return value
             assert flight is not None
             try:
-                result = await fn(*args, **kwargs)
+                with _keyed(call.external):
+                    result = await fn(*args, **kwargs)
             except BaseException as exc:
                 _settle(flight, error=exc)
                 raise
-            return await _finish(store, execution_id, key, flight, result, name)
+            return await _finish(call, flight, result)
 
         return async_wrapper
 
@@ -196,15 +274,15 @@ def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None) -> Callable[..., Any]:
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = current_context()
         if ctx is None or ctx.store is None:
-            return _json_result(fn(*args, **kwargs), name)
-        store, execution_id = ctx.store, ctx.execution_id
-        key = _make_key(name, signature, key_fn, args, kwargs)
+            with _keyed(new_id()):
+                return _json_result(fn(*args, **kwargs), name)
+        call = _make_call(ctx, ctx.store, name, signature, key_fn, at_most_once, args, kwargs)
         entered = False
 
         async def begin() -> tuple[bool, Any, _Flight | None]:
             nonlocal entered
             entered = True
-            return await _begin(store, execution_id, key)
+            return await _begin(call)
 
         try:
             hit, value, flight = anyio.from_thread.run(begin)
@@ -220,11 +298,12 @@ def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None) -> Callable[..., Any]:
             return value
         assert flight is not None
         try:
-            result = fn(*args, **kwargs)
+            with _keyed(call.external):
+                result = fn(*args, **kwargs)
         except BaseException as exc:
             anyio.from_thread.run_sync(functools.partial(_settle, flight, error=exc))
             raise
-        return anyio.from_thread.run(_finish, store, execution_id, key, flight, result, name)
+        return anyio.from_thread.run(_finish, call, flight, result)
 
     return sync_wrapper
 
@@ -234,22 +313,28 @@ def idempotent(fn: Callable[P, R], /) -> Callable[P, R]: ...
 
 
 @overload
-def idempotent(*, key: KeyFn | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def idempotent(
+    *, key: KeyFn | None = None, at_most_once: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
 def idempotent(
-    fn: Callable[P, R] | None = None, /, *, key: KeyFn | None = None
+    fn: Callable[P, R] | None = None, /, *, key: KeyFn | None = None, at_most_once: bool = False
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
-    """Cache ``fn``'s result per ``(execution_id, key)`` in the run's store: ``@idempotent`` or
-    ``@idempotent(key=lambda order_id, amount: order_id)``. Works on sync and async functions.
+    """Cache ``fn``'s result per call in the run's store: ``@idempotent``,
+    ``@idempotent(key=lambda order_id, amount: order_id)`` (once per run for that key) or
+    ``@idempotent(at_most_once=True)`` (never run twice: a re-run that finds an intent and no result
+    raises ``SideEffectInDoubt``). Works on sync and async functions.
 
     The function returns its result's JSON form (a Struct result comes back as a dict).
     """
     if key is not None and not callable(key):
         raise TypeError("@idempotent(key=...) must be a callable returning a str")
+    if not isinstance(at_most_once, bool):
+        raise TypeError(f"@idempotent(at_most_once=...) must be a bool, not {type(at_most_once).__name__}")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        return cast("Callable[P, R]", _wrap(func, key))
+        return cast("Callable[P, R]", _wrap(func, key, at_most_once))
 
     if fn is not None:
         return decorate(fn)

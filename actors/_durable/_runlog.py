@@ -33,13 +33,25 @@ from stores import (
 
 from .._core import LOGGER, tether_logger
 
-__all__ = ["MARKER_TIMEOUT", "SHARED", "RunLog", "StepLog"]
+__all__ = ["MARKER_TIMEOUT", "SHARED", "TOOL_SEQ", "RunLog", "StepLog", "step_seq"]
 
 #: The snapshot key of the run's ``shared`` dict.
 SHARED = "shared"
 
 #: Bound on writing the run_end marker after a cancel or a failure (shielded).
 MARKER_TIMEOUT = 10.0
+#: A ``hitl_pause`` row's snapshot key holding the ``seq`` of the tool row it paused (the step
+#: ``@idempotent`` keys by, so a resumed tool finds what its first pass cached).
+TOOL_SEQ = "tool_seq"
+
+
+def step_seq(row: Checkpoint) -> int:
+    """The ``seq`` of the step ``row`` runs: its own, or for a pause the original tool row's."""
+    if row.step_type == HITL_PAUSE:
+        seq = row.state_snapshot.get(TOOL_SEQ)
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            return seq
+    return row.seq
 
 
 class StepLog:
@@ -176,6 +188,7 @@ class RunLog:
         """Write the ``hitl_pause`` row of the step ``row`` and its pending row in one transaction."""
         pause = msgspec.structs.replace(
             row,
+            state_snapshot={**row.state_snapshot, TOOL_SEQ: step_seq(row)},
             seq=self.take_seq(),
             step_type=HITL_PAUSE,
             status=INTERRUPTED,

@@ -1,15 +1,15 @@
 """:class:`OpenAIChat`: a client for OpenAI-compatible chat-completions servers, with tool calling.
 
-It speaks ``POST {base_url}/chat/completions`` over one lazily created ``httpx.AsyncClient``.
-A 408, 409, 429, 5xx or a connection error is retried with bounded exponential backoff (honouring a
-``Retry-After`` of seconds, capped); any other 4xx, or retries exhausted, raises :class:`ModelError`.
+It speaks ``POST {base_url}/chat/completions`` over one lazily created ``httpx.AsyncClient`` that
+follows redirects (a 307/308 keeps the method and the body). The body and the reply shapes are in
+:mod:`._wire`; when to retry and how long to wait, in :mod:`._retry`.
 """
 
 from __future__ import annotations
 
-import json
-import random
-from collections.abc import Sequence
+import math
+import os
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -17,45 +17,82 @@ import anyio
 import httpx
 
 from ._errors import ModelError
-from ._types import Message, ModelReply, ToolCall
+from ._retry import MAX_SERVER_WAIT, backoff_delay, server_wait, should_retry
+from ._types import Message, ModelReply
+from ._wire import read_completion, request_body
 
 __all__ = ["OpenAIChat"]
 
-_RETRY_STATUS = frozenset({408, 409, 429})
-
-
-def _retryable(status: int) -> bool:
-    return status in _RETRY_STATUS or status >= 500
+#: Where ``base_url=None`` goes when ``OPENAI_BASE_URL`` is not set either.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_NOT_RETRIED = (
+    "; a read timeout is not retried unless retry_read_timeouts=True (the server may still be generating)"
+)
 
 
 class OpenAIChat:
-    """A chat-completions model at ``base_url`` (e.g. ``https://api.openai.com/v1``).
+    """A chat-completions model at ``base_url`` (default ``$OPENAI_BASE_URL``, else OpenAI's API).
 
-    ``timeout`` bounds each HTTP attempt; ``max_retries`` is how many times a retryable failure is
-    tried again (so at most ``max_retries + 1`` attempts); the wait before retry *n* is
-    ``backoff * 2**n`` seconds with jitter, at most ``max_backoff``. ``extra`` is merged into every
-    request body (e.g. ``{"temperature": 0}``). Call :meth:`aclose` (or use ``async with``) when done.
+    ``api_key`` defaults to ``$OPENAI_API_KEY`` (no key, no ``Authorization`` header: local servers
+    need none). ``timeout`` is the read timeout (how long the server may stay silent; a generation
+    that is not streamed is silent until it is done), ``connect_timeout`` the connect timeout;
+    ``deadline`` (seconds, default none) bounds the whole call, retries and waits included.
+
+    A 408, 409, 429, 5xx or a connection failure is tried again, at most ``max_retries`` times, after
+    the wait the server asks for (``retry-after-ms``, ``Retry-After``; up to 120 s, a longer one fails
+    the call at once) or after ``backoff * 2**n`` seconds with jitter (at most ``max_backoff``);
+    ``x-should-retry`` overrides the status. A read timeout is not tried again unless
+    ``retry_read_timeouts`` (the server may still be generating: a retry pays for it twice).
+
+    A refusal or a ``content_filter`` stop raises :class:`ModelError` naming it; so does a
+    ``length`` stop, unless ``accept_truncated`` (then the cut-off text is the answer and cut-off
+    tool arguments are a tool error the model reads). ``default_headers`` and ``default_query`` go
+    with every request (Azure's ``api-key`` and ``api-version``, OpenAI's ``OpenAI-Organization``);
+    ``extra`` is merged into every request body (e.g. ``{"temperature": 0}``). Call :meth:`aclose`
+    (or use ``async with``) when done.
     """
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = 600.0,
+        connect_timeout: float = 10.0,
         max_retries: int = 3,
+        stream: bool = False,
+        default_headers: Mapping[str, str] | None = None,
+        default_query: Mapping[str, str] | None = None,
+        deadline: float | None = None,
+        retry_read_timeouts: bool = False,
+        accept_truncated: bool = False,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         extra: dict[str, Any] | None = None,
     ) -> None:
         if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
+            raise ValueError(f"max_retries must be >= 0, not {max_retries!r}")
+        for label, value in (
+            ("timeout", timeout),
+            ("connect_timeout", connect_timeout),
+            ("deadline", deadline),
+        ):
+            if value is not None and not value > 0:
+                raise ValueError(f"{label} must be > 0 seconds, not {value!r}")
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
+        self.base_url = base.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY") or None
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.max_retries = max_retries
+        self.stream = stream
+        self.default_headers = dict(default_headers or {})
+        self.default_query = dict(default_query or {})
+        self.deadline = deadline
+        self.retry_read_timeouts = retry_read_timeouts
+        self.accept_truncated = accept_truncated
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.extra = dict(extra or {})
@@ -64,7 +101,13 @@ class OpenAIChat:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout))
+            headers.update(self.default_headers)
+            self._client = httpx.AsyncClient(
+                headers=headers,
+                params=self.default_query,
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                follow_redirects=True,
+            )
         return self._client
 
     async def aclose(self) -> None:
@@ -83,59 +126,95 @@ class OpenAIChat:
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> ModelReply:
         """One chat-completions call: the conversation and the offered tools in, a reply out."""
-        body: dict[str, Any] = {"model": self.model, "messages": [to_openai(m) for m in messages]}
-        if tools:
-            body["tools"] = list(tools)
-        body.update(self.extra)
+        body = request_body(self.model, messages, tools, self.extra)
         data = await self._post("/chat/completions", body)
-        return from_openai(data)
+        return read_completion(data, accept_truncated=self.accept_truncated)
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _post(self, path: str, body: bytes) -> Any:
+        """POST ``body``, retrying as :mod:`._retry` says within the deadline; the reply's JSON."""
         url = self.base_url + path
+        started = anyio.current_time()
+        deadline = math.inf if self.deadline is None else started + self.deadline
         attempt = 0
         while True:
-            delay: float | None = None
+            attempt += 1
+            wait: float | None = None
             try:
-                response = await self._http().post(url, json=body)
-            except httpx.TransportError as exc:
-                if attempt >= self.max_retries:
+                with anyio.fail_after(deadline - anyio.current_time() if self.deadline else None):
+                    response = await self._http().post(
+                        url, content=body, headers={"content-type": "application/json"}
+                    )
+            except TimeoutError:
+                raise ModelError(
+                    f"model server at {url} timed out: the call's deadline of {self.deadline:g} s "
+                    f"passed during attempt {attempt}"
+                ) from None
+            except httpx.ReadTimeout as exc:
+                if not self.retry_read_timeouts or attempt > self.max_retries:
+                    hint = "" if self.retry_read_timeouts else _NOT_RETRIED
                     raise ModelError(
-                        f"model server at {url} unreachable after {attempt + 1} attempts: "
-                        f"{type(exc).__name__}: {exc}"
+                        f"model server at {url} timed out: no answer within the read timeout of "
+                        f"{self.timeout:g} s, after {_attempts(attempt)} ({_seconds(started)} in all){hint}"
+                    ) from exc
+            except httpx.TransportError as exc:
+                if attempt > self.max_retries:
+                    what = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+                    raise ModelError(
+                        f"model server at {url} {what} after {_attempts(attempt)} ({_seconds(started)} "
+                        f"in all): {type(exc).__name__}: {exc or 'no detail'}"
                     ) from exc
             else:
                 if response.is_success:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise ModelError(
-                            f"model server at {url} sent a reply that is not JSON",
-                            status_code=response.status_code,
-                            body=response.text[:2000],
-                        ) from exc
-                status = response.status_code
-                if not _retryable(status) or attempt >= self.max_retries:
-                    tried = f" after {attempt + 1} attempts" if _retryable(status) else ""
-                    raise ModelError(
-                        f"model server at {url} answered {status}{tried}: {_error_text(response)}",
-                        status_code=status,
-                        body=response.text[:2000],
+                    return _json_of(response, url)
+                if not should_retry(response) or attempt > self.max_retries:
+                    raise _refused(response, url, attempt)
+                wait = server_wait(response.headers)
+                if wait is not None and wait > MAX_SERVER_WAIT:
+                    raise _refused(
+                        response,
+                        url,
+                        attempt,
+                        f"; it asks to wait {wait:g} s, more than the {MAX_SERVER_WAIT:g} s a client waits",
                     )
-                delay = _retry_after(response)
-            if delay is None:
-                delay = self.backoff * 2**attempt * (0.5 + random.random() / 2)
-            await anyio.sleep(min(delay, self.max_backoff))
-            attempt += 1
+                if wait is not None and wait <= 0:
+                    wait = None
+            if wait is None:
+                wait = backoff_delay(attempt - 1, self.backoff, self.max_backoff)
+            if anyio.current_time() + wait > deadline:
+                raise ModelError(
+                    f"model server at {url} timed out: waiting {wait:g} s before attempt {attempt + 1} "
+                    f"would pass the call's deadline of {self.deadline:g} s"
+                )
+            await anyio.sleep(wait)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
+def _attempts(n: int) -> str:
+    return f"{n} attempt" if n == 1 else f"{n} attempts"
+
+
+def _seconds(started: float) -> str:
+    return f"{anyio.current_time() - started:.1f} s"
+
+
+def _json_of(response: httpx.Response, url: str) -> Any:
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+        return response.json()
+    except ValueError as exc:
+        raise ModelError(
+            f"model server at {url} sent a reply that is not JSON",
+            status_code=response.status_code,
+            body=response.text[:2000],
+        ) from exc
+
+
+def _refused(response: httpx.Response, url: str, attempt: int, note: str = "") -> ModelError:
+    status = response.status_code
+    tried = f" after {_attempts(attempt)}" if attempt > 1 else ""
+    return ModelError(
+        f"model server at {url} answered {status}{tried}: {_error_text(response)}{note}",
+        status_code=status,
+        body=response.text[:2000],
+    )
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -150,55 +229,3 @@ def _error_text(response: httpx.Response) -> str:
         if isinstance(error, str):
             return error
     return response.text[:500]
-
-
-def to_openai(message: Message) -> dict[str, Any]:
-    """A message in the chat-completions request shape."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.role == "assistant" and message.tool_calls:
-        out["content"] = message.content or None
-        out["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-            }
-            for call in message.tool_calls
-        ]
-    if message.role == "tool":
-        out["tool_call_id"] = message.tool_call_id
-    elif message.name is not None:
-        out["name"] = message.name
-    return out
-
-
-def from_openai(data: Any) -> ModelReply:
-    """A chat-completions response body as a :class:`ModelReply` (the first choice)."""
-    try:
-        message = data["choices"][0]["message"]
-        text = message.get("content") or ""
-        raw_calls = message.get("tool_calls") or []
-        calls = [_tool_call(raw) for raw in raw_calls]
-    except (KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise ModelError(f"model reply is not a chat completion: {str(data)[:500]}") from exc
-    if not isinstance(text, str):
-        raise ModelError(f"model reply content is a {type(text).__name__}, not a str")
-    return ModelReply(text=text, tool_calls=calls)
-
-
-def _tool_call(raw: dict[str, Any]) -> ToolCall:
-    function = raw["function"]
-    name = function["name"]
-    arguments = function.get("arguments") or "{}"
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError as exc:
-            raise ModelError(
-                f"model called tool {name!r} with arguments that are not JSON: {arguments[:500]}"
-            ) from exc
-    if not isinstance(arguments, dict):
-        raise ModelError(f"model called tool {name!r} with arguments that are not a JSON object")
-    if raw.get("id"):
-        return ToolCall(str(name), arguments, str(raw["id"]))
-    return ToolCall(str(name), arguments)

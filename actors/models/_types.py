@@ -27,15 +27,28 @@ def new_call_id() -> str:
 
 
 class ToolCall(msgspec.Struct, frozen=True):
-    """A model's request to run the tool ``name`` with ``arguments`` (a JSON object)."""
+    """A model's request to run the tool ``name`` with ``arguments`` (a JSON object).
+
+    A client that reads the arguments from text keeps that text in ``arguments_text``, so the call is
+    sent back to the server exactly as the model wrote it (provider-side prefix caches then match).
+    ``arguments_error`` says why the model's arguments could not be read (not JSON, NaN, not an
+    object...): the run does not call the tool and the model reads that error as the tool's result.
+    """
 
     name: str
     arguments: dict[str, Any]
     id: str = msgspec.field(default_factory=new_call_id)
+    arguments_text: str | None = None
+    arguments_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``{"id", "name", "arguments"}``."""
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+        """The JSON form: ``{"id", "name", "arguments"}``, and the two optional fields when set."""
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.arguments_text is not None:
+            out["arguments_text"] = self.arguments_text
+        if self.arguments_error is not None:
+            out["arguments_error"] = self.arguments_error
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:

@@ -11,14 +11,17 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
+import os
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import asyncpg
 
-from .._errors import StoreUnavailable
+from .._dsn import keyword_dsn
+from .._errors import InvalidStoreURL, StoreUnavailable
 
 __all__ = [
     "CONNECT_ERRORS",
@@ -27,6 +30,7 @@ __all__ = [
     "connect_lock_connection",
     "connect_pool",
     "describe",
+    "read_dsn",
     "unavailable",
 ]
 
@@ -106,25 +110,84 @@ def advisory_key(schema: str, name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def read_dsn(dsn: object) -> str:
+    """The DSN asyncpg is given: a ``postgresql://`` URI as it is, a libpq keyword string as the
+    equivalent URI; anything else is refused by name (``TypeError`` / :class:`InvalidStoreURL`)."""
+    if not isinstance(dsn, str):
+        raise TypeError(f"a PostgreSQL DSN is a str, not {type(dsn).__name__}")
+    text = dsn.strip()
+    if text.partition("://")[0].lower() in ("postgresql", "postgres"):
+        return text
+    if "://" not in text and "=" in text:
+        uri, schema = keyword_dsn(text)
+        if schema is not None:
+            raise InvalidStoreURL(
+                "schema= is not a connection parameter: pass PostgresStore(dsn, schema=...), "
+                "or give the whole string to open_store()"
+            )
+        return uri
+    raise InvalidStoreURL(
+        "a PostgreSQL DSN is a postgresql:// URI or a libpq keyword string (host=... dbname=...); "
+        "this one is neither"
+    )
+
+
+def _parts(dsn: str) -> tuple[str, str, str, str]:
+    """Host, port, database and user of a DSN (never its password); libpq's defaults when absent."""
+    parts = urlsplit(dsn)
+    query = parse_qs(parts.query)
+    host = parts.hostname or query.get("host", ["localhost"])[0]
+    port = str(parts.port or query.get("port", ["5432"])[0])
+    database = parts.path.lstrip("/") or query.get("dbname", query.get("database", [""]))[0]
+    user = parts.username or query.get("user", [""])[0] or getpass.getuser()
+    return host, port, database or user, user
+
+
 def describe(dsn: str) -> str:
     """Host, port and database of a DSN, never its password."""
     try:
-        parts = urlsplit(dsn)
-        query = parse_qs(parts.query)
-        host = parts.hostname or query.get("host", ["localhost"])[0]
-        port = parts.port or query.get("port", ["5432"])[0]
+        host, port, database, _ = _parts(dsn)
     except ValueError:
         return "PostgreSQL (unparsable DSN)"
-    database = parts.path.lstrip("/") or query.get("dbname", ["(default database)"])[0]
     return f"PostgreSQL at {host}:{port}/{database}"
 
 
 def unavailable(dsn: str, exc: BaseException) -> StoreUnavailable:
-    """``StoreUnavailable`` for a failed connection, naming where and what, never the password."""
+    """``StoreUnavailable`` for a connection that failed or a statement the server refused, naming
+    where and the cause (unreachable, login refused, no such database, a missing permission),
+    never the password."""
+    where = describe(dsn)
+    try:
+        _, _, database, user = _parts(dsn)
+    except ValueError:
+        database = user = "?"
     if isinstance(exc, ValueError):  # a DSN error may quote the DSN: say only what kind it was
-        detail = f"invalid DSN ({type(exc).__name__})"
-    elif isinstance(exc, TimeoutError):
-        detail = "connection timed out"
-    else:
-        detail = f"{type(exc).__name__}: {exc}"
-    return StoreUnavailable(f"cannot reach {describe(dsn)}: {detail}")
+        return StoreUnavailable(f"cannot connect to {where}: invalid DSN ({type(exc).__name__})")
+    if isinstance(exc, TimeoutError):
+        return StoreUnavailable(f"cannot reach {where}: the connection timed out")
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return StoreUnavailable(
+            f"database {database!r} does not exist on {where}: create it (CREATE DATABASE), "
+            "or name an existing one in the DSN"
+        )
+    if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):  # also InvalidPasswordError
+        return StoreUnavailable(
+            f"{where} refused the login of role {user!r}: {_first_line(exc)} "
+            "(check the user and password of the DSN, and the server's pg_hba.conf)"
+        )
+    if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        return StoreUnavailable(
+            f"role {user!r} lacks a permission on {where}: {_first_line(exc)} (the store needs CREATE "
+            "on the database to create its schema, or USAGE and CREATE on an existing schema, and "
+            "read and write on its tables)"
+        )
+    if isinstance(exc, OSError):
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc) or type(exc).__name__
+        return StoreUnavailable(
+            f"cannot reach {where}: {reason} (is the server running and accepting TCP connections there?)"
+        )
+    return StoreUnavailable(f"cannot use {where}: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -154,6 +154,14 @@ WITH ins AS (
 SELECT value FROM ins
 UNION ALL SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2
 LIMIT 1""",
+    "cache_intend": """
+WITH found AS (SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2),
+ins AS (
+    INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at)
+    SELECT $1, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorded""",
     "mark_synced": "UPDATE {s}.checkpoints SET synced = true "
     "WHERE checkpoint_id = ANY($1::text[]) AND NOT synced",
     "mark_quarantined": "UPDATE {s}.checkpoints c SET synced = true, sync_error = u.reason "

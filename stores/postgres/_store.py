@@ -27,7 +27,15 @@ from .._codec import (
     replay_log,
     split_chunk,
 )
-from .._errors import StoreError, no_checkpoints, no_pause, run_exists, store_closed
+from .._errors import (
+    check_execution_id,
+    invalid_schema,
+    no_checkpoints,
+    no_pause,
+    reserved_schema,
+    run_exists,
+    store_closed,
+)
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
@@ -42,6 +50,7 @@ from ._connection import (
     connect_lock_connection,
     connect_pool,
     describe,
+    read_dsn,
     unavailable,
 )
 from ._locks import AdvisoryLocks
@@ -76,12 +85,11 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         max_flushers: int = 2,
     ) -> None:
         if not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None:
-            raise StoreError(
-                f"invalid schema name {schema!r}: use letters, digits and underscores, "
-                "not starting with a digit, at most 63 characters"
-            )
+            raise invalid_schema(schema)
+        if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
+            raise reserved_schema(schema)
         super().__init__(max_row_bytes=max_row_bytes)
-        self.dsn = dsn
+        self.dsn = read_dsn(dsn)
         self.schema = schema
         self._min_size = min_size
         self._max_size = max_size
@@ -234,6 +242,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def latest(self, execution_id: str) -> Checkpoint | None:
         """The newest row (one round trip); seeds the message memory with its conversation's log."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         with self._lost():
             rec = await pool.fetchrow(self._sql["newest"], execution_id)
@@ -245,6 +254,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def reentry(self, execution_id: str) -> ReEntry:
         """Where a resume re-enters (usually one round trip: the newest row is the step)."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         seen: list[tuple[Checkpoint, asyncpg.Record]] = []
 
@@ -270,6 +280,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
         """The row a fork starts from (see :func:`stores._reentry.resolve_forkable`)."""
+        check_execution_id(execution_id)
         pool = await self._ready()
 
         async def fetch(name: str, *more: Any) -> Checkpoint | None:
@@ -291,6 +302,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
         """One row by id (both keys must match)."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         with self._lost():
             rec = await pool.fetchrow(self._sql["get"], execution_id, checkpoint_id)
@@ -298,6 +310,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def history(self, execution_id: str) -> list[Checkpoint]:
         """Every row in ``seq`` order (one round trip; each message log crosses the wire once)."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         with self._lost():
             recs = await pool.fetch(self._sql["history"], execution_id)
@@ -311,7 +324,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
         """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
-        check_page(limit, after)
+        check_page(execution_id, limit, after)
         pool = await self._ready()
         with self._lost():
             if execution_id is not None:
@@ -376,6 +389,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def delete_run(self, execution_id: str) -> int:
         """Delete everything of a run in one statement; returns the rows deleted."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         self._logs.forget(execution_id)
         with self._lost():
@@ -447,6 +461,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def cache_get(self, execution_id: str, key: str) -> Cached | None:
         """The cached value for ``(execution_id, key)``, if any."""
+        check_execution_id(execution_id)
         pool = await self._ready()
         with self._lost():
             value = await pool.fetchval(self._sql["cache_get"], execution_id, key)
@@ -462,15 +477,27 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
                 stored = await pool.fetchval(self._sql["cache_get"], execution_id, key)
         return decode(stored if stored is not None else data)
 
+    async def _cache_intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | None, bool]:
+        """The stored value under ``key``, or insert the intent ``marker`` if absent (one statement)."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["cache_intend"], execution_id, key, marker, body, now)
+        assert rec is not None
+        return rec["value"], bool(rec["recorded"])
+
     # -- ownership lock -----------------------------------------------------------------------
 
     async def try_lock(self, execution_id: str) -> bool:
         """Take the run's session advisory lock on the dedicated lock connection (batched)."""
+        check_execution_id(execution_id)
         self._refuse_closed()
         return await self._locks.try_lock(execution_id, advisory_key(self.schema, execution_id))
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's lock if this store holds it."""
+        check_execution_id(execution_id)
         conn = self._lock_conn
         if conn is None or conn.is_closed():
             self._locks.forget(execution_id)  # a lost connection took its locks with it
@@ -497,5 +524,5 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         """Turn a lost connection into :class:`StoreUnavailable` naming the host."""
         try:
             yield
-        except LOST_ERRORS as exc:
+        except (*LOST_ERRORS, asyncpg.InsufficientPrivilegeError) as exc:
             raise unavailable(self.dsn, exc) from None

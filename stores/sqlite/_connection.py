@@ -19,9 +19,9 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any, Final, TypeVar
 
-from .._errors import StoreUnavailable
+from .._errors import StoreCorrupt, StoreFull, StoreUnavailable, store_corrupt, store_full
 
-__all__ = ["SYNCHRONOUS", "DatabaseThread", "connect", "is_busy", "retry_busy"]
+__all__ = ["SYNCHRONOUS", "DatabaseThread", "connect", "fault_of", "is_busy", "retry_busy"]
 
 T = TypeVar("T")
 
@@ -32,6 +32,25 @@ SYNCHRONOUS: Final = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 def is_busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY / SQLITE_LOCKED."""
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def fault_of(path: str, exc: sqlite3.DatabaseError) -> StoreCorrupt | StoreFull | None:
+    """The typed error of a damaged file (:class:`StoreCorrupt`) or of a write the file system had no
+    room for (:class:`StoreFull`: a full disk, or a file-size limit, which SQLite reports as a
+    failed write); ``None`` for any other error."""
+    code = getattr(exc, "sqlite_errorcode", None) or 0
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    where = f"the SQLite database {path!r}"
+    if code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return store_corrupt(where, f"{exc} ({name})")
+    if code & 0xFF == sqlite3.SQLITE_FULL:
+        return store_full(where, f"the disk is full ({name})")
+    if code == sqlite3.SQLITE_IOERR_WRITE:
+        return store_full(
+            where,
+            f"a write failed ({name}): the disk is full, a file-size limit was reached, or the device failed",
+        )
+    return None
 
 
 def retry_busy(fn: Callable[[], T], deadline: float) -> T:

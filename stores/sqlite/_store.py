@@ -27,6 +27,7 @@ from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
     StoreUnavailable,
+    check_execution_id,
     checkpoint_id_taken,
     no_checkpoints,
     no_pause,
@@ -185,8 +186,11 @@ class SQLiteStore(BaseStore, GroupCommit):
 
         try:
             return await reader.call(run)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"cannot read {self.path!r}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            fault = self._fault(exc)
+            if fault is exc and isinstance(exc, sqlite3.OperationalError):
+                raise StoreUnavailable(f"cannot read {self.path!r}: {exc}") from exc
+            raise fault from exc
 
     # ------------------------------------------------------------------ writes
 
@@ -317,6 +321,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def delete_run(self, execution_id: str) -> int:
         """Delete the run's rows, pending row and cache in one transaction."""
+        check_execution_id(execution_id)
 
         def run(conn: sqlite3.Connection) -> int:
             deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
@@ -340,6 +345,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def cache_get(self, execution_id: str, key: str) -> Cached | None:
         """The cache entry for ``(execution_id, key)``, if any."""
+        check_execution_id(execution_id)
 
         def run(conn: sqlite3.Connection) -> Cached | None:
             found = conn.execute(
@@ -367,10 +373,31 @@ class SQLiteStore(BaseStore, GroupCommit):
 
         return await self._write(run)
 
+    async def _cache_intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | None, bool]:
+        """The stored value under ``key``, or insert the intent ``marker`` if absent (one transaction)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bytes | None, bool]:
+            found = conn.execute(
+                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
+            ).fetchone()
+            if found is not None:
+                return found[0], False
+            inserted = conn.execute(
+                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (execution_id, key) DO NOTHING",
+                (execution_id, marker, body, ts(now)),
+            )
+            return None, inserted.rowcount == 1
+
+        return await self._write(run)
+
     # ------------------------------------------------------------------ row reads
 
     async def latest(self, execution_id: str) -> Checkpoint | None:
         """The newest row of the run, or ``None``."""
+        check_execution_id(execution_id)
 
         def run(conn: sqlite3.Connection) -> tuple[Checkpoint | None, Ctx]:
             ctx = Ctx()
@@ -382,6 +409,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def reentry(self, execution_id: str) -> ReEntry:
         """Where a resume re-enters the run (see :meth:`Store.reentry`)."""
+        check_execution_id(execution_id)
 
         def run(conn: sqlite3.Connection) -> tuple[ReEntry, Ctx]:
             ctx = Ctx()
@@ -394,6 +422,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
         """The row a fork starts from (see :meth:`Store.forkable`)."""
+        check_execution_id(execution_id)
 
         def run(conn: sqlite3.Connection) -> Checkpoint:
             ctx = Ctx()
@@ -409,6 +438,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
         """One row by id (both keys must match)."""
+        check_execution_id(execution_id)
         return await self._read(
             lambda conn: row_where(
                 conn, Ctx(), "execution_id = ? AND checkpoint_id = ?", (execution_id, checkpoint_id)
@@ -417,6 +447,7 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def history(self, execution_id: str) -> list[Checkpoint]:
         """Every row of the run in ``seq`` order."""
+        check_execution_id(execution_id)
         return await self._read(
             lambda conn: rows_where(conn, Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
         )
@@ -429,7 +460,7 @@ class SQLiteStore(BaseStore, GroupCommit):
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
         """Pending interrupts, newest first; all runs, or one; a page of ``limit`` after ``after``."""
-        check_page(limit, after)
+        check_page(execution_id, limit, after)
         sql, args = pending_query(execution_id, limit, after)
 
         def run(conn: sqlite3.Connection) -> list[PendingInterrupt]:
@@ -566,11 +597,13 @@ class SQLiteStore(BaseStore, GroupCommit):
 
     async def try_lock(self, execution_id: str) -> bool:
         """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
+        check_execution_id(execution_id)
         self._refuse_closed()
         return self._locks.try_lock(execution_id)
 
     async def unlock(self, execution_id: str) -> None:
         """Release the run's ownership lock if this store holds it."""
+        check_execution_id(execution_id)
         self._locks.release(execution_id)
 
     async def owned(self, execution_ids: Sequence[str]) -> set[str]:

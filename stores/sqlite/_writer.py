@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from .._base import StoreState
-from .._errors import StoreUnavailable, store_closed
-from ._connection import DatabaseThread, retry_busy
+from .._errors import StoreCorrupt, StoreUnavailable, store_closed, store_corrupt
+from ._connection import DatabaseThread, fault_of, retry_busy
 
 __all__ = ["GroupCommit", "file_lock"]
 
@@ -75,6 +75,8 @@ class GroupCommit:
     _drain: asyncio.Future[None] | None
 
     _state: StoreState
+    # Why the file is known to be damaged (set by the first read or write that found it so).
+    _corrupt: str | None = None
 
     async def _ensure(self) -> None:
         raise NotImplementedError
@@ -96,18 +98,31 @@ class GroupCommit:
         deadline = time.monotonic() + self._busy_timeout * 2
         retry_busy(lambda: conn.execute("COMMIT"), deadline)
 
+    def _fault(self, exc: sqlite3.DatabaseError) -> BaseException:
+        """The typed error for ``exc`` (``exc`` itself when it has none); a damaged file is
+        remembered, and every later write is refused with :class:`StoreCorrupt`."""
+        fault = fault_of(self.path, exc)
+        if isinstance(fault, StoreCorrupt) and self._corrupt is None:
+            self._corrupt = f"{exc} ({exc.sqlite_errorname})"
+        return exc if fault is None else fault
+
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Queue ``fn`` for the next write transaction and wait for its own outcome."""
         await self._ensure()
         if self._state is StoreState.CLOSED:
             raise store_closed(self)
+        if self._corrupt is not None:
+            raise store_corrupt(f"the SQLite database {self.path!r}", self._corrupt)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.append(_Op(fn, future))
         if self._drain is None:
             self._drain = loop.create_future()
             loop.call_soon(self._next_batch, loop)
-        return await future
+        try:
+            return await future
+        except sqlite3.DatabaseError as exc:
+            raise self._fault(exc) from exc
 
     def _next_batch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send the next queued batch to the writer thread, or end the drain (on the loop)."""

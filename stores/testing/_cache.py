@@ -1,4 +1,4 @@
-"""The idempotency cache: insert if absent, the first writer wins."""
+"""The idempotency cache: insert if absent, the first writer wins; intents of at-most-once calls."""
 
 from __future__ import annotations
 
@@ -61,3 +61,16 @@ class CacheTests(ConformanceBase):
                 await store.cache_put("run-a", "k", {"x": math.nan})
             assert info.value.path.endswith(".x")
             assert await store.cache_get("run-a", "k") is None
+
+    async def test_cache_intend_records_an_intent_once_and_yields_to_a_result(self, store: Store) -> None:
+        with self.bounded():
+            assert await store.cache_intend("run-a", "k") is True  # recorded now: run the body
+            assert await store.cache_intend("run-a", "k") is False  # in doubt: never run it again
+            assert await store.cache_get("run-a", "k") is None  # an intent is not a result
+            other = await self.open_store()
+            assert await other.cache_intend("run-a", "k") is False  # another process sees it too
+            assert await other.cache_intend("run-b", "k") is True  # one run's intent is its own
+            assert await store.cache_put("run-a", "k", {"charged": 3}) == {"charged": 3}
+            assert await store.cache_intend("run-a", "k") == Cached({"charged": 3})
+            assert await store.delete_run("run-a") == 0
+            assert await store.cache_intend("run-a", "k") is True  # deleted with the run's cache

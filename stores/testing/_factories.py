@@ -183,7 +183,19 @@ def bad_values() -> list[tuple[str, Any, str]]:
         ("int-under-64-bits", -(2**63) - 1, ""),
         ("object", object(), ""),
         ("nested", {"deep": [1, {"z": math.nan}]}, ".deep[1].z"),
+        ("lone-surrogate", "a\ud800b", ""),
+        ("surrogate-key", {"k\udc00": 1}, ""),
+        # 300 lists deep; the value sits one level under its row field, so the refusal names the
+        # first list past MAX_JSON_DEPTH (256): 255 steps into it.
+        ("too-deep", _nested(300), "[0]" * 255),
     ]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 BAD_VALUES = bad_values()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
 import pytest
 
 from .._errors import (
+    MAX_EXECUTION_ID,
+    InvalidExecutionId,
     RowTooLarge,
     SerializationError,
 )
@@ -96,6 +99,51 @@ class JsonRuleTests(ConformanceBase):
             assert info.value.path == "$.reason"
             assert await store.history("run-a") == rows
             assert await store.pending("run-a") == []
+
+    # -- execution ids ---------------------------------------------------------------------------
+
+    async def test_execution_id_limits_are_the_same_on_every_backend(self, store: Store) -> None:
+        with self.bounded():
+            # The longest id, of 4-byte characters: the worst case for an index entry.
+            longest = "\U0001f600" * (MAX_EXECUTION_ID - 1) + "x"
+            row = make_row(longest, 0)
+            await store.append(row)
+            assert await store.history(longest) == [row]
+            assert await store.try_lock(longest)
+            await store.unlock(longest)
+            await store.cache_put(longest, "k", 1)
+            pause = pause_row(longest, 1)
+            await store.append_pause(pause, make_pending(longest, pause))
+            assert [p.execution_id for p in await store.pending(longest)] == [longest]
+            bad: list[tuple[Any, str]] = [
+                (longest + "y", f"1 to {MAX_EXECUTION_ID} characters; this one has {MAX_EXECUTION_ID + 1}"),
+                ("", "this one has 0"),
+                ("a\x00b", "NUL"),
+                ("a\ud800", "lone surrogate"),
+                (42, "is a str, not int"),
+                (b"run", "is a str, not bytes"),
+                (None, "is a str, not NoneType"),
+            ]
+            for eid, words in bad:
+                calls: list[Awaitable[object]] = [
+                    store.append(make_row(eid, 0)),
+                    store.latest(eid),
+                    store.history(eid),
+                    store.reentry(eid),
+                    store.forkable(eid),
+                    store.get(eid, "c"),
+                    store.delete_run(eid),
+                    store.cache_get(eid, "k"),
+                    store.cache_put(eid, "k", 1),
+                    store.try_lock(eid),
+                    store.unlock(eid),
+                ]
+                if eid is not None:
+                    calls.append(store.pending(eid))
+                for call in calls:
+                    with pytest.raises(InvalidExecutionId, match=words):
+                        await call
+            assert await store.history(longest) == [row, pause]
 
     # -- size limit ------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ KEY_LINES: dict[int, list[str]] = {
         "@idempotent, new run   paused → completed charge_card fired 1× → ['1042']",
         "called twice outside any run → fired 2×",
         "the model was told: \"Tool 'refund' failed: IdempotencyError:",
-        "body ran 1×",
+        "paused → completed · the tool ran 2× · charge bodies ran 10× (10 distinct charges)",
     ],
     5: [
         "resume → AlreadyResumed: run 'done-1'",

@@ -13,9 +13,16 @@ from typing import Any
 
 import msgspec
 
-from stores._base import check_page
+from stores._base import check_page, intent_key
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
-from stores._errors import AlreadyResumed, IncompatibleSchema, RunExists, RunNotFound, WriteConflict
+from stores._errors import (
+    AlreadyResumed,
+    IncompatibleSchema,
+    RunExists,
+    RunNotFound,
+    WriteConflict,
+    check_execution_id,
+)
 from stores._heads import RunHead, check_heads_arguments
 from stores._json import normalize
 from stores._model import (
@@ -161,10 +168,12 @@ class MemoryStore:
         return below[-1] if below else None
 
     async def latest(self, execution_id: str) -> Checkpoint | None:
+        check_execution_id(execution_id)
         rows = self._sorted(execution_id)
         return rows[-1] if rows else None
 
     async def reentry(self, execution_id: str) -> ReEntry:
+        check_execution_id(execution_id)
         return await resolve_reentry(
             execution_id,
             await self.latest(execution_id),
@@ -173,6 +182,7 @@ class MemoryStore:
         )
 
     async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
+        check_execution_id(execution_id)
         named = await self.get(execution_id, checkpoint_id) if checkpoint_id is not None else None
         return await resolve_forkable(
             execution_id,
@@ -184,12 +194,14 @@ class MemoryStore:
         )
 
     async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
+        check_execution_id(execution_id)
         where = self.db.ids.get(checkpoint_id)
         if where is None or where[0] != execution_id:
             return None
         return self.db.rows[where[0]][where[1]]
 
     async def history(self, execution_id: str) -> list[Checkpoint]:
+        check_execution_id(execution_id)
         return self._sorted(execution_id)
 
     async def pending(
@@ -199,7 +211,7 @@ class MemoryStore:
         limit: int | None = None,
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
-        check_page(limit, after)
+        check_page(execution_id, limit, after)
         found = [p for e, p in self.db.pending.items() if execution_id is None or e == execution_id]
         if after is not None:
             found = [
@@ -247,6 +259,7 @@ class MemoryStore:
             table.pop(row.checkpoint_id, None)
 
     async def delete_run(self, execution_id: str) -> int:
+        check_execution_id(execution_id)
         rows = self._sorted(execution_id)
         for row in rows:
             self._drop(row)
@@ -303,6 +316,7 @@ class MemoryStore:
     # -- cache -----------------------------------------------------------------------------------
 
     async def cache_get(self, execution_id: str, key: str) -> Cached | None:
+        check_execution_id(execution_id)
         hit = self.db.cache.get((execution_id, key))
         return None if hit is None else Cached(hit[0])
 
@@ -312,9 +326,20 @@ class MemoryStore:
         hit = self.db.cache.setdefault((execution_id, key), (normal, utcnow()))
         return hit[0]
 
+    async def cache_intend(self, execution_id: str, key: str) -> Cached | bool:
+        hit = self.db.cache.get((execution_id, key))
+        if hit is not None:
+            return Cached(hit[0])
+        marker = (execution_id, intent_key(key))
+        if marker in self.db.cache:
+            return False
+        self.db.cache[marker] = ({"intent": "recorded"}, utcnow())
+        return True
+
     # -- ownership lock --------------------------------------------------------------------------
 
     async def try_lock(self, execution_id: str) -> bool:
+        check_execution_id(execution_id)
         owner = self.db.locks.get(execution_id)
         if owner is None:
             self.db.locks[execution_id] = self._me
@@ -322,6 +347,7 @@ class MemoryStore:
         return False
 
     async def unlock(self, execution_id: str) -> None:
+        check_execution_id(execution_id)
         if self.db.locks.get(execution_id) == self._me:
             del self.db.locks[execution_id]
 

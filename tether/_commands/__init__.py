@@ -1,14 +1,30 @@
-"""The commands of ``tether``: one module each, each exposing ``COMMAND``; :data:`COMMANDS` lists them.
+"""The commands of ``tether``: one module each (``approve`` and ``reject`` share ``decide``), each
+exposing its :class:`Command`; :data:`COMMANDS` lists them.
 
 A new command is a module here with a :class:`Command` and one line in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
 
-from . import demo
+from . import bench, cancel, decide, demo, diff, fork, inspect, migrate, pending, prune, resume, runs, show
 from ._command import Command
 
 __all__ = ["COMMANDS", "Command"]
 
 #: Every command of the command line, in the order ``tether --help`` lists them.
-COMMANDS: tuple[Command, ...] = (demo.COMMAND,)
+COMMANDS: tuple[Command, ...] = (
+    demo.COMMAND,
+    runs.COMMAND,
+    show.COMMAND,
+    diff.COMMAND,
+    pending.COMMAND,
+    decide.APPROVE,
+    decide.REJECT,
+    resume.COMMAND,
+    cancel.COMMAND,
+    fork.COMMAND,
+    prune.COMMAND,
+    migrate.COMMAND,
+    inspect.COMMAND,
+    bench.COMMAND,
+)

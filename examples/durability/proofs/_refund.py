@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,10 +188,12 @@ async def charge_card_once(order: str) -> dict[str, Any]:
 
 @idempotent
 async def charge_card_slow(order: str) -> dict[str, Any]:
-    """An idempotent charge that takes a while, so ten concurrent callers overlap."""
-    record("card", run=_run_id(), order=order, variant="slow")
+    """An idempotent charge that takes a while, so ten concurrent callers overlap; each charge has
+    its own id."""
+    charge_id = f"ch_{uuid.uuid4().hex[:12]}"
+    record("card", run=_run_id(), order=order, variant="slow", charge_id=charge_id)
     await anyio.sleep(0.05)
-    return {"charged": order, "pid": os.getpid()}
+    return {"charged": order, "charge_id": charge_id}
 
 
 @idempotent
@@ -230,7 +233,8 @@ async def refund_opaque(order: str, amount: int) -> dict[str, Any]:
 
 @tool(name="refund")
 async def refund_burst(order: str, amount: int) -> dict[str, Any]:
-    """Ten concurrent calls of one @idempotent key in one run."""
+    """Ten concurrent identical @idempotent calls in one step, then (over 1000) wait for approval:
+    the resume re-runs the step, and each call gets its earlier result back."""
     record("tool", tool="refund", run=_run_id(), order=order, amount=amount)
     results: list[Any] = [None] * 10
 
@@ -240,7 +244,10 @@ async def refund_burst(order: str, amount: int) -> dict[str, Any]:
     async with anyio.create_task_group() as tg:
         for i in range(10):
             tg.start_soon(one, i)
-    return {"calls": len(results), "distinct_results": len({json.dumps(r, sort_keys=True) for r in results})}
+    charge_ids = sorted(r["charge_id"] for r in results)
+    if amount > LIMIT:
+        interrupt("manager_approval", {"order": order, "amount": amount, "charges": len(charge_ids)})
+    return {"calls": len(results), "charge_ids": charge_ids}
 
 
 #: Every runner a proof process can resume, by name.

@@ -3,12 +3,15 @@
 A resumed tool runs again from the top, so a card charge placed before its ``interrupt()`` fires twice
 as a plain call and once behind ``@idempotent``. The cache is per run (a new run charges again);
 outside a run there is no cache. A result that is not JSON is refused with ``IdempotencyError`` and
-the model reads the error. Ten concurrent calls of one key in one run run the body once.
+the model reads the error. Ten identical calls in one step are ten occurrences: each runs once, and
+a re-run of the step (the resume) runs none of them again, returning each earlier result.
 
 Run: ``python proof_4_side_effects.py [--store sqlite|postgres]``; exit status 0 means every claim held.
 """
 
 from __future__ import annotations
+
+import json
 
 from _harness import Proof, main
 from _refund import AGENTS, ANSWER, ORDER, charge_card_once, events, opaque
@@ -95,23 +98,27 @@ async def body(proof: Proof, system: ActorSystem) -> None:
             told,
         )
 
-    with proof.section("ten concurrent calls of one key in one run"):
+    with proof.section("ten identical calls in one step, and a re-run of the step"):
         mark = len(events("model"))
-        ref = await system.spawn(
-            AGENTS["refund-burst"], f"Refund order {ORDER} for 20", execution_id="burst-1"
-        )
-        result = await ref.result(timeout=30)
-        bodies = [e for e in events("card", "burst-1") if e["variant"] == "slow"]
+        first, status = await pause_and_resume(system, "refund-burst", "burst-1")
+        bodies = [e["charge_id"] for e in events("card", "burst-1") if e["variant"] == "slow"]
         seen = [c["tools_seen"] for c in events("model")[mark:] if c["turn"] == 1]
+        told = json.loads(seen[0][0]) if seen and seen[0] else {}
         proof.say(
-            f"status={result.status} · body ran {len(bodies)}× · the tool returned {seen[0][0] if seen else None}"
+            f"{first} → {status} · the tool ran {len(events('tool', 'burst-1'))}× · "
+            f"charge bodies ran {len(bodies)}× ({len(set(bodies))} distinct charges)"
         )
-        proof.check(result.status == "completed", "the run completed")
-        proof.check(len(bodies) == 1, "ten concurrent calls of one key ran the body once")
         proof.check(
-            bool(seen) and '"calls":10' in seen[0][0] and '"distinct_results":1' in seen[0][0],
-            "all ten callers got the same value",
-            seen,
+            (first, status) == ("paused", "completed"), "the run paused after the ten calls, then completed"
+        )
+        proof.check(len(bodies) == 10 and len(set(bodies)) == 10, "ten identical calls are ten occurrences")
+        proof.check(
+            len(events("tool", "burst-1")) == 2, "the step ran twice (first pass, resume)", events("tool")
+        )
+        proof.check(
+            told.get("calls") == 10 and told.get("charge_ids") == sorted(bodies),
+            "the re-run ran no body again: each call got its earlier charge back",
+            told,
         )
 
 

@@ -1,4 +1,7 @@
-"""@idempotent against the real SQLiteStore: once per (execution_id, key), JSON in and out."""
+"""@idempotent against the real SQLiteStore: once per occurrence (or explicit key), JSON in and out.
+
+``bind_run(..., step=N)`` is one execution of step ``N``; binding it again is a re-run of that step.
+"""
 
 from __future__ import annotations
 
@@ -54,19 +57,26 @@ async def test_outside_a_run_the_body_runs_every_time() -> None:
 
 
 @pytest.mark.anyio
-async def test_inside_a_run_the_body_runs_once_per_key(store: SQLiteStore) -> None:
+async def test_identical_calls_are_occurrences_and_a_rerun_of_the_step_returns_them_in_order(
+    store: SQLiteStore,
+) -> None:
     charge, charges = make_charge()
-    with anyio.fail_after(10), bind_run("run-1", store=store):
+    with anyio.fail_after(10), bind_run("run-1", store=store, step=3):
         first = await charge("1042", 5)
-        # Arguments are bound to the signature: positional, keyword, any order: one call.
-        assert await charge("1042", amount=5) == first
-        assert await charge(amount=5, order="1042") == first
+        # Two intentional identical calls (arguments bound to the signature: positional, keyword,
+        # any order are one call) are two occurrences: both run, as they would without durability.
+        second = await charge("1042", amount=5)
         other = await charge("1043", 5)
-    assert first == {"order": "1042", "amount": 5, "n": 1}
-    assert other == {"order": "1043", "amount": 5, "n": 2}
-    with anyio.fail_after(10), bind_run("run-1", store=store):
-        assert await charge("1042", 5) == first
-    assert charges == [("1042", 5), ("1043", 5)]
+    assert (first["n"], second["n"], other["n"]) == (1, 2, 3)
+    with anyio.fail_after(10), bind_run("run-1", store=store, step=3):  # the step re-runs
+        assert await charge(amount=5, order="1042") == first
+        assert await charge("1043", 5) == other
+        assert await charge("1042", 5) == second
+        third = await charge("1042", 5)  # an occurrence the first execution never made
+    assert third["n"] == 4
+    with anyio.fail_after(10), bind_run("run-1", store=store, step=4):  # another step
+        assert (await charge("1042", 5))["n"] == 5
+    assert len(charges) == 5
 
 
 @pytest.mark.anyio
@@ -90,11 +100,11 @@ async def test_a_new_run_is_a_new_cache_and_runs_share_a_store(store: SQLiteStor
 
 
 @pytest.mark.anyio
-async def test_ten_concurrent_calls_run_the_body_once(store: SQLiteStore) -> None:
+async def test_ten_concurrent_calls_of_one_explicit_key_run_the_body_once(store: SQLiteStore) -> None:
     calls = 0
     gate = anyio.Event()
 
-    @idempotent
+    @idempotent(key=lambda order: order)
     async def slow_charge(order: str) -> str:
         nonlocal calls
         calls += 1
@@ -131,20 +141,21 @@ async def test_sync_function_inside_a_sync_tool_runs_once(store: SQLiteStore) ->
     def refund(order: str) -> Any:
         return charge(order)
 
-    with anyio.fail_after(10), bind_run("run-s", store=store):
-        outs = []
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
+    outs = []
+    for _ in range(2):  # a first execution of the step and a re-run of it
+        with anyio.fail_after(10), bind_run("run-s", store=store, step=1):
+            async with anyio.create_task_group() as tg:
+                for _ in range(5):
 
-                async def go() -> None:
-                    outs.append(await refund.invoke({"order": "7"}))
+                    async def go() -> None:
+                        outs.append(await refund.invoke({"order": "7"}))
 
-                tg.start_soon(go)
-    assert len(calls) == 1
-    assert [o.value for o in outs] == [{"charged": "7"}] * 5
+                    tg.start_soon(go)
+    assert len(calls) == 5  # five occurrences, none run again by the re-run
+    assert [o.value for o in outs] == [{"charged": "7"}] * 10
     # Outside a run, a sync function just runs.
     assert charge("8") == {"charged": "8"}
-    assert len(calls) == 2
+    assert len(calls) == 6
 
 
 @pytest.mark.anyio
@@ -175,12 +186,11 @@ async def test_results_come_back_as_json_on_a_miss_and_a_hit(store: SQLiteStore)
         nothing_calls += 1
         return None
 
-    with anyio.fail_after(10), bind_run("run-j", store=store):
-        assert await receipt("1") == {"order": "1", "amount": 5}
-        assert await receipt("1") == {"order": "1", "amount": 5}
-        assert await pair() == [1, "a"]
-        assert await nothing() is None
-        assert await nothing() is None  # a cached None is a hit
+    for _ in range(2):  # a miss, then the step's re-run: a hit
+        with anyio.fail_after(10), bind_run("run-j", store=store):
+            assert await receipt("1") == {"order": "1", "amount": 5}
+            assert await pair() == [1, "a"]
+            assert await nothing() is None  # a cached None is a hit
     assert nothing_calls == 1
     assert await receipt("2") == {"order": "2", "amount": 5}  # outside a run too
 
@@ -271,7 +281,7 @@ async def test_a_raising_body_is_not_cached_and_concurrent_waiters_share_the_err
     runs = 0
     gate = anyio.Event()
 
-    @idempotent
+    @idempotent(key=lambda: "gateway")
     async def flaky() -> str:
         nonlocal runs
         runs += 1
@@ -304,7 +314,7 @@ async def test_a_cancelled_leader_lets_a_waiter_lead(store: SQLiteStore) -> None
     runs = 0
     started = anyio.Event()
 
-    @idempotent
+    @idempotent(key=lambda: "work")
     async def work() -> int:
         nonlocal runs
         runs += 1
@@ -343,7 +353,7 @@ async def test_sync_function_called_via_to_thread(store: SQLiteStore) -> None:
         runs += 1
         return x * 2
 
-    with anyio.fail_after(10), bind_run("run-th", store=store):
-        assert await anyio.to_thread.run_sync(f, 2) == 4
-        assert await anyio.to_thread.run_sync(f, 2) == 4
+    for _ in range(2):
+        with anyio.fail_after(10), bind_run("run-th", store=store):
+            assert await anyio.to_thread.run_sync(f, 2) == 4
     assert runs == 1

@@ -1,0 +1,102 @@
+"""libpq connection strings: the keyword form (``host=... dbname=...``) read into the URI asyncpg takes.
+
+Shared by :func:`stores.open_store` and :class:`stores.PostgresStore`, so a keyword string is read
+the same way wherever it is given, and a keyword asyncpg would not read is refused by its name.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import urlencode
+
+from ._errors import InvalidStoreURL
+
+__all__ = ["PG_KEYWORDS", "keyword_dsn", "unknown_keyword"]
+
+#: The connection keywords asyncpg reads from a URI's query (and so from a keyword string).
+PG_KEYWORDS: Final = frozenset(
+    {
+        "host",
+        "port",
+        "dbname",
+        "database",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "sslnegotiation",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+    }
+)
+
+
+def keyword_dsn(text: str) -> tuple[str, str | None]:
+    """A libpq keyword string as an equivalent URI (asyncpg reads its keywords from the query)."""
+    pairs = _split_keywords(text)
+    schema = pairs.pop("schema", None)
+    for name in pairs:
+        if name not in PG_KEYWORDS:
+            raise InvalidStoreURL(unknown_keyword(name))
+    return "postgresql://?" + urlencode(list(pairs.items())), schema
+
+
+def unknown_keyword(name: str) -> str:
+    """The refusal of a connection parameter asyncpg does not read (it would be ignored or misread)."""
+    return (
+        f"unsupported PostgreSQL connection parameter {name!r}: supported are schema, "
+        f"{', '.join(sorted(PG_KEYWORDS))}"
+    )
+
+
+def _split_keywords(text: str) -> dict[str, str]:
+    """``key=value`` pairs of a libpq keyword string (later keys win, as in libpq)."""
+    pairs: dict[str, str] = {}
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return pairs
+        start = i
+        while i < n and text[i] != "=" and not text[i].isspace():
+            i += 1
+        key = text[start:i]
+        while i < n and text[i].isspace():
+            i += 1
+        if not key or i >= n or text[i] != "=":
+            # Never quote the text: a misplaced word may be a password.
+            where = f"after {key!r}" if key in PG_KEYWORDS or key == "schema" else f"at word {len(pairs) + 1}"
+            raise InvalidStoreURL(f"malformed libpq keyword string: expected key=value {where}")
+        i += 1
+        while i < n and text[i].isspace():
+            i += 1
+        value: list[str] = []
+        if i < n and text[i] == "'":
+            i += 1
+            while i < n and text[i] != "'":
+                if text[i] == "\\" and i + 1 < n:
+                    i += 1
+                value.append(text[i])
+                i += 1
+            if i >= n:
+                raise InvalidStoreURL(
+                    f"malformed libpq keyword string: the value of {key!r} has no closing quote"
+                )
+            i += 1
+        else:
+            while i < n and not text[i].isspace():
+                if text[i] == "\\" and i + 1 < n:
+                    i += 1
+                value.append(text[i])
+                i += 1
+        pairs[key] = "".join(value)

@@ -1,0 +1,115 @@
+"""What a PostgresStore that cannot work says, against the real server: each cause by name.
+
+An unreachable server, a refused login, a missing database and a missing permission are each a
+``StoreUnavailable`` whose message names the cause; a libpq keyword DSN is read, or refused by the
+keyword's name; reserved schemas are refused before any connection.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+from _pg_support import DSN, closed_port, schema_fixture
+from conftest import PgSchema
+
+from stores import InvalidStoreURL, PostgresStore, StoreError, StoreUnavailable
+from stores.testing import make_row
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+schema = schema_fixture
+
+
+async def _refusal(dsn: str, schema: str = "tether") -> str:
+    store = PostgresStore(dsn, schema=schema, connect_timeout=5)
+    try:
+        with anyio.fail_after(30):
+            with pytest.raises(StoreUnavailable) as info:
+                await store.setup()
+    finally:
+        await store.close()
+    return str(info.value)
+
+
+def _with(user: str | None = None, database: str | None = None, port: int | None = None) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(DSN)
+    netloc = f"{user or parts.username}@{parts.hostname}:{port or parts.port or 5432}"
+    return urlunsplit((parts.scheme, netloc, f"/{database or parts.path.lstrip('/')}", "", ""))
+
+
+async def test_an_unreachable_server_is_named_as_such(pg_schema: PgSchema) -> None:
+    message = await _refusal(_with(port=closed_port()))
+    assert message.startswith("cannot reach PostgreSQL at 127.0.0.1:")
+    assert "connection refused" in message and "is the server running" in message
+
+
+async def test_a_refused_login_names_the_role(pg_schema: PgSchema) -> None:
+    role = f"ghost_{uuid.uuid4().hex[:8]}"
+    message = await _refusal(_with(user=role))
+    assert f"refused the login of role {role!r}" in message
+    assert f'role "{role}" does not exist' in message
+
+
+async def test_a_missing_database_is_named(pg_schema: PgSchema) -> None:
+    database = f"nodb_{uuid.uuid4().hex[:8]}"
+    message = await _refusal(_with(database=database))
+    assert message.startswith(f"database {database!r} does not exist on PostgreSQL at")
+    assert "CREATE DATABASE" in message
+
+
+@pytest.fixture
+async def weak_role(pg_schema: PgSchema) -> AsyncIterator[str]:
+    """A login role that may connect (PUBLIC may) but not create a schema (nobody may by default),
+    dropped afterwards."""
+    role = f"weak_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        yield role
+    finally:
+        await conn.execute(f'DROP OWNED BY "{role}"; DROP ROLE "{role}"')
+        await conn.close()
+
+
+async def test_a_missing_permission_names_the_role_and_the_need(weak_role: str, schema: str) -> None:
+    message = await _refusal(_with(user=weak_role), schema=schema)
+    assert f"role {weak_role!r} lacks a permission on PostgreSQL at" in message
+    assert "permission denied for database" in message and "needs CREATE on the database" in message
+
+
+async def test_a_keyword_dsn_is_read_and_a_bad_keyword_refused_by_name(schema: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(DSN)
+    words = f"host={parts.hostname} port={parts.port or 5432} dbname={parts.path.lstrip('/')} user={parts.username}"
+    async with PostgresStore(words, schema=schema) as store:
+        row = make_row("run-k", 0)
+        await store.append(row)
+        assert await store.history("run-k") == [row]
+    with pytest.raises(InvalidStoreURL, match="'fallback_application_name'"):
+        PostgresStore(f"{words} fallback_application_name=x", schema=schema)
+    with pytest.raises(InvalidStoreURL, match="schema= is not a connection parameter"):
+        PostgresStore(f"{words} schema={schema}", schema=schema)
+    with pytest.raises(InvalidStoreURL, match="neither"):
+        PostgresStore("localhost", schema=schema)
+    with pytest.raises(TypeError, match="not bytes"):
+        PostgresStore(b"postgresql://x@y/z", schema=schema)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["pg_catalog", "pg_toast", "pg_mine", "PG_x", "information_schema"])
+def test_reserved_schemas_are_refused_before_connecting(name: str) -> None:
+    with pytest.raises(StoreError, match=f"schema {name!r} is reserved by PostgreSQL"):
+        PostgresStore("postgresql://nobody@127.0.0.1:1/none", schema=name)
+
+
+def test_other_bad_schema_names_keep_their_refusal() -> None:
+    bad: list[Any] = ["1abc", "a-b", "x" * 64, 7]
+    for name in bad:
+        with pytest.raises(StoreError, match="invalid schema name"):
+            PostgresStore("postgresql://nobody@127.0.0.1:1/none", schema=name)

@@ -1,0 +1,50 @@
+"""``tether runs [--status S] [--runner NAME] [--limit N] [--json]``: how the store's runs stand."""
+
+from __future__ import annotations
+
+import argparse
+
+from actors import RunSummary
+
+from .._timeline import when
+from ._command import Command
+from ._common import STATUSES, add_json, emit_json, opened_system, positive, print_table
+
+__all__ = ["COMMAND", "summary_detail"]
+
+
+def summary_detail(summary: RunSummary) -> str:
+    """What a listing says after a run's status: its output, error or what it waits for."""
+    if summary.pending is not None:
+        return f"waiting for {summary.pending.reason}"
+    return summary.output or summary.error or ""
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", choices=STATUSES, help="only runs of this status")
+    parser.add_argument("--runner", metavar="NAME", help="only runs of the runner of this name")
+    parser.add_argument(
+        "--limit", type=positive, default=100, metavar="N", help="at most N runs (default 100)"
+    )
+    add_json(parser)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with opened_system(args.store) as system:
+        found = await system.runs(status=args.status, runner=args.runner, limit=args.limit)
+    if args.json:
+        emit_json(found)
+        return 0
+    print_table(
+        ["EXECUTION_ID", "STATUS", "RUNNER", "NODE", "ROWS", "UPDATED (UTC)", "DETAIL"],
+        [
+            [s.execution_id, s.status, s.runner, s.node_id, s.rows, when(s.updated_at), summary_detail(s)]
+            for s in found
+        ],
+    )
+    return 0
+
+
+COMMAND = Command(
+    name="runs", help="list runs, newest first, with how each stands", run=_run, add_arguments=_arguments
+)

@@ -1,0 +1,170 @@
+"""What an operator reads about one run: its timeline as a tree of agent paths, and a state diff.
+
+Shared by ``tether show``/``tether diff`` and the inspector's pages, so both say the same. A row's
+place in the tree is the depth of its ``agent_path`` (``supervisor:ops/worker:support/agent:billing``
+is three deep); a diff compares the materialised ``state_snapshot`` of two rows of one run: the
+messages the later one added (after the prefix both share), the messages it no longer has, and the
+other keys added, removed or changed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from stores import Checkpoint, ReplicatedStore, RunNotFound, Store, parse_path
+
+__all__ = [
+    "KeyChange",
+    "StateDiff",
+    "TimelineRow",
+    "diff_rows",
+    "pick_rows",
+    "sync_states",
+    "timeline",
+    "when",
+]
+
+_MESSAGES = "messages"
+
+
+class TimelineRow(msgspec.Struct, kw_only=True, frozen=True):
+    """One row of a timeline: the row's identity, where it sits in the tree, what it did."""
+
+    seq: int
+    checkpoint_id: str
+    node_id: str
+    agent_path: str | None
+    depth: int
+    label: str
+    step_type: str
+    status: str
+    created_at: datetime
+    interrupt_reason: str | None = None
+    sync: str = "-"
+
+    @property
+    def tree(self) -> str:
+        """The path as a tree line: its last segment, indented by its depth."""
+        if self.depth <= 1:
+            return self.label
+        return "  " * (self.depth - 2) + "└ " + self.label
+
+
+class KeyChange(msgspec.Struct, kw_only=True, frozen=True):
+    """One key of ``state_snapshot`` that differs (``before``/``after`` absent: added/removed)."""
+
+    key: str
+    change: str  # "added" | "removed" | "changed"
+    before: Any = None
+    after: Any = None
+
+
+class StateDiff(msgspec.Struct, kw_only=True, frozen=True):
+    """How row ``b``'s state differs from row ``a``'s (two rows of one run, any order)."""
+
+    execution_id: str
+    seq_a: int
+    seq_b: int
+    common: int
+    added: list[dict[str, Any]]
+    removed: list[dict[str, Any]]
+    keys: list[KeyChange]
+
+
+def when(moment: datetime) -> str:
+    """A row's time as operators read it: UTC, to the millisecond."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def _place(agent_path: str | None) -> tuple[int, str]:
+    if not agent_path:
+        return 0, "-"
+    try:
+        segments = parse_path(agent_path)
+    except ValueError:
+        return 1, agent_path
+    kind, name = segments[-1]
+    return len(segments), f"{kind}:{name}"
+
+
+def timeline(rows: list[Checkpoint], sync: dict[str, str] | None = None) -> list[TimelineRow]:
+    """The rows of a run as timeline rows, in ``seq`` order; ``sync`` maps checkpoint ids to their
+    replication state (``synced``, ``quarantined: ...``), ``-`` where it has none."""
+    out = []
+    for row in rows:
+        depth, label = _place(row.agent_path)
+        out.append(
+            TimelineRow(
+                seq=row.seq,
+                checkpoint_id=row.checkpoint_id,
+                node_id=row.node_id,
+                agent_path=row.agent_path,
+                depth=depth,
+                label=label,
+                step_type=row.step_type,
+                status=row.status,
+                created_at=row.created_at,
+                interrupt_reason=row.interrupt_reason,
+                sync=(sync or {}).get(row.checkpoint_id, "-"),
+            )
+        )
+    return out
+
+
+def pick_rows(rows: list[Checkpoint], seq_a: int, seq_b: int) -> tuple[Checkpoint, Checkpoint]:
+    """Rows ``seq_a`` and ``seq_b`` of a run's history; ``RunNotFound`` naming a missing one."""
+    by_seq = {row.seq: row for row in rows}
+    for seq in (seq_a, seq_b):
+        if seq not in by_seq:
+            eid = rows[0].execution_id if rows else "?"
+            known = f"{rows[0].seq}..{rows[-1].seq}" if rows else "none"
+            raise RunNotFound(f"run {eid!r} has no row at seq {seq} (its rows: {known})")
+    return by_seq[seq_a], by_seq[seq_b]
+
+
+def diff_rows(a: Checkpoint, b: Checkpoint) -> StateDiff:
+    """The state diff from row ``a`` to row ``b``."""
+    before, after = a.state_snapshot, b.state_snapshot
+    old = list(before.get(_MESSAGES) or [])
+    new = list(after.get(_MESSAGES) or [])
+    common = 0
+    while common < min(len(old), len(new)) and old[common] == new[common]:
+        common += 1
+    keys = []
+    for key in sorted((set(before) | set(after)) - {_MESSAGES}):
+        if key not in before:
+            keys.append(KeyChange(key=key, change="added", after=after[key]))
+        elif key not in after:
+            keys.append(KeyChange(key=key, change="removed", before=before[key]))
+        elif before[key] != after[key]:
+            keys.append(KeyChange(key=key, change="changed", before=before[key], after=after[key]))
+    return StateDiff(
+        execution_id=a.execution_id,
+        seq_a=a.seq,
+        seq_b=b.seq,
+        common=common,
+        added=new[common:],
+        removed=old[common:],
+        keys=keys,
+    )
+
+
+async def sync_states(store: Store, rows: list[Checkpoint]) -> dict[str, str]:
+    """Each row's replication state from the store's outbox: ``synced`` or ``quarantined: <reason>``;
+    rows not yet sent (and every row of a store without an outbox) are left out."""
+    if not isinstance(store, ReplicatedStore):
+        return {}
+    found: dict[str, str] = {}
+    for row in rows:
+        state = await store.sync_state(row.checkpoint_id)
+        if state is None:
+            continue
+        synced, error = state
+        if error is not None:
+            found[row.checkpoint_id] = f"quarantined: {error}"
+        elif synced:
+            found[row.checkpoint_id] = "synced"
+    return found
