@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
 from ._durable import RunRef, Runs, list_runs, run_status
+from ._replica import KickingStore, ReplicatorLike
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,7 +51,12 @@ class ActorSystem:
     ) -> None:
         self.store = store
         self.runners = tuple(runners)
+        if replicator is not None and not isinstance(replicator, ReplicatorLike):
+            raise TypeError(
+                f"a replicator has attach, kick and restore (replication.Replicator), not {replicator!r}"
+            )
         self.replicator = replicator
+        self._replicated: Store | None = None
         self._runtime = ActorRuntime(self, supervision=supervision)
         self._runs = Runs(self._runtime, self._durable_store, self.runners)
         self._owns_store = False
@@ -68,6 +74,12 @@ class ActorSystem:
 
     async def __aenter__(self) -> Self:
         await self._runtime.__aenter__()
+        if self.replicator is not None:
+            try:
+                await self._start_replicator(self.replicator)
+            except BaseException as exc:
+                await self.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
     async def __aexit__(
@@ -123,6 +135,7 @@ class ActorSystem:
         """Deliver a ``Resume``, ``Recover()`` or ``Cancel(reason)`` to the run, activating it from the
         store if no actor for it lives here. ``RunNotFound`` / ``RunnerNotFound`` are raised here;
         refusals (a lost claim, a finished run) from ``RunRef.result()``."""
+        await self._restore_missing(execution_id)
         return await self._runs.send(execution_id, message)
 
     async def resume(
@@ -130,6 +143,7 @@ class ActorSystem:
     ) -> RunResult:
         """Send and wait. With a ``Resume``: claim the pause. Without: crash recovery from the newest
         row (a paused run raises ``ResumeRequired``)."""
+        await self._restore_missing(execution_id)
         return await self._runs.resume(execution_id, resume, timeout=timeout)
 
     async def fork(
@@ -137,6 +151,7 @@ class ActorSystem:
     ) -> RunRef:
         """A new run (new id) from a checkpoint of ``execution_id`` (default: its newest step);
         ``input`` is appended as the next user message. The original run is not touched."""
+        await self._restore_missing(execution_id)
         return await self._runs.fork(execution_id, checkpoint_id=checkpoint_id, input=input)
 
     async def cancel(self, execution_id: str, reason: str = "cancelled") -> RunResult:
@@ -172,8 +187,30 @@ class ActorSystem:
         return await list_runs(await self._durable_store(), status=status, runner=runner, limit=limit)
 
     async def _durable_store(self) -> Store:
-        """The store, opening the default ``SQLiteStore("tether.db")`` on first durable use (the
-        store provider the durable layer is given)."""
+        """The store provider the durable layer is given: the store (through the replicator's
+        kicks when one is attached), opened on first durable use."""
+        return self._replicated if self._replicated is not None else await self._open_store()
+
+    async def _start_replicator(self, replicator: ReplicatorLike) -> None:
+        """Bind the replicator to the store and start it under the root's supervision; from now on
+        every durable write kicks it."""
+        store = await self._open_store()
+        replicator.attach(store)
+        await self.start(
+            cast("Actor", replicator),
+            name="replicator",
+            restart=replicator.restart,
+            stop_timeout=replicator.stop_timeout,
+        )
+        self._replicated = cast("Store", KickingStore(store, replicator.kick))
+
+    async def _restore_missing(self, execution_id: str) -> None:
+        """Restore-anywhere: a run this store has no row of is first fetched from the plane."""
+        if self.replicator is not None and await (await self._open_store()).latest(execution_id) is None:
+            await self.replicator.restore(execution_id)
+
+    async def _open_store(self) -> Store:
+        """The store, opening the default ``SQLiteStore("tether.db")`` on first use."""
         if self.store is not None:
             return self.store
         if self._store_lock is None:

@@ -1,7 +1,23 @@
-"""Shipping rows to a remote plane (the replicator actor, the plane client, restore).
+"""Shipping a store's rows to a remote plane, and restoring a run from it.
 
-Not built yet: the replicator is planned work. The store side is ready: stores that implement
-``stores.ReplicatedStore`` keep an outbox (``fetch_unsynced``, ``mark_synced``, ``mark_quarantined``).
+:class:`Replicator` is an actor bound to one :class:`~actors.ActorSystem`'s store and one plane key:
+each commit kicks it without waiting; it sends the outbox oldest first, bisects refused batches
+down to their poison rows and quarantines them, and keeps everything else buffered, with no age or
+count bound, until the plane takes it. :func:`restore_from_plane` imports a whole run the local
+store lacks (rows, ``@idempotent`` cache entries, the pending row); ``system.resume/send/fork`` do
+it by themselves when a replicator is attached (``TETHER_RESTORE_FROM_PLANE=off`` turns that off).
+The reference plane server is :mod:`replication.plane` (optional extra ``plane``).
 """
 
-__all__: list[str] = []
+from ._errors import PlaneError, WireError
+from ._messages import Drained
+from ._replicator import Replicator
+from ._restore import ENV_RESTORE, restore_from_plane
+
+__all__ = ["ENV_RESTORE", "Drained", "PlaneError", "Replicator", "WireError", "restore_from_plane"]
+
+for _name in __all__:  # public names report this module (tracebacks say replication.PlaneError)
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        _obj.__module__ = __name__
+del _name, _obj

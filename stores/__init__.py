@@ -31,6 +31,7 @@ from ._errors import (
     StoreUnavailable,
     TetherError,
     WriteConflict,
+    check_execution_id,
 )
 from ._heads import ROW_STATES, RunHead, row_state
 from ._json import MAX_DEPTH as MAX_JSON_DEPTH
@@ -56,6 +57,7 @@ from ._model import (
     STATUSES,
     TOOL_CALL,
     Cached,
+    CacheEntry,
     Checkpoint,
     PendingInterrupt,
     ReEntry,
@@ -102,6 +104,7 @@ __all__ = [
     "STATUSES",
     "TOOL_CALL",
     "AlreadyResumed",
+    "CacheEntry",
     "Cached",
     "Checkpoint",
     "CheckpointError",
@@ -129,6 +132,7 @@ __all__ = [
     "TetherError",
     "WriteConflict",
     "canonical_json",
+    "check_execution_id",
     "child_path",
     "conversation_of",
     "decode_json",

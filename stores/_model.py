@@ -14,6 +14,7 @@ import msgspec
 
 __all__ = [
     "BOOKKEEPING_STEPS",
+    "CacheEntry",
     "Cached",
     "Checkpoint",
     "PendingInterrupt",
@@ -126,3 +127,12 @@ class Cached(msgspec.Struct, frozen=True):
     """An idempotency-cache hit; ``value`` may itself be ``None``."""
 
     value: Any
+
+
+class CacheEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored ``@idempotent`` result, as the outbox ships it and a restore imports it."""
+
+    execution_id: str
+    key: str
+    value: Any
+    created_at: datetime

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from ._heads import RunHead
-from ._model import Cached, Checkpoint, PendingInterrupt, ReEntry
+from ._model import Cached, CacheEntry, Checkpoint, PendingInterrupt, ReEntry
 
 __all__ = ["ReplicatedStore", "Store"]
 
@@ -142,3 +142,17 @@ class ReplicatedStore(Protocol):
     async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
         """Insert rows restored from the plane as already synced; existing ids are skipped. Returns
         how many were inserted."""
+
+    async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
+        """Every ``@idempotent`` cache entry of the run (oldest first)."""
+
+    async def import_run(
+        self,
+        execution_id: str,
+        rows: Sequence[Checkpoint],
+        cache: Sequence[CacheEntry],
+        pending: PendingInterrupt | None,
+    ) -> int:
+        """Import a run restored from the plane in ONE transaction: its rows and cache entries (as
+        synced) and its pending row. ``RunExists`` if the store has a row of the run (a restore never
+        overwrites); returns the rows imported."""

@@ -1,7 +1,7 @@
 """The one logger of tether: every event goes to the standard-library logger ``"tether"``.
 
 Events are built with structlog (``event key=value ...``) and handed to ``logging.getLogger("tether")``,
-never printed. The package adds no handler: an application that configured nothing sees WARNING and
+never printed (an ``exc_info=`` reaches the record, with its traceback). The package adds no handler: an application that configured nothing sees WARNING and
 above on stderr through Python's last-resort handler, and ``logging.basicConfig(level=logging.INFO)``
 (or a handler on ``"tether"``) turns on the INFO events too. The level is checked before an event is
 built, so a quiet logger formats nothing.
@@ -28,9 +28,22 @@ def tether_logger(**bindings: object) -> structlog.stdlib.BoundLogger:
             structlog.stdlib.filter_by_level,
             structlog.stdlib.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.KeyValueRenderer(
-                key_order=["event", "execution_id", "agent_path", "node_id"], drop_missing=True
-            ),
+            _render,
         ],
     ).bind(**bindings)
     return logger
+
+
+_key_values = structlog.processors.KeyValueRenderer(
+    key_order=["event", "execution_id", "agent_path", "node_id"], drop_missing=True
+)
+
+
+def _render(
+    logger: object, method: str, event: structlog.typing.EventDict
+) -> tuple[tuple[str], dict[str, object]]:
+    """``event key=value ...`` as the message; an ``exc_info=`` goes to the record, so handlers print
+    its traceback as they print any other."""
+    exc_info = event.pop("exc_info", None)
+    text = _key_values(logger, method, event)
+    return (str(text),), ({"exc_info": exc_info} if exc_info else {})

@@ -36,6 +36,7 @@ from stores import (
     conversation_of,
 )
 
+from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
 from ._errors import ResumeRequired
@@ -44,6 +45,8 @@ from ._result import RunResult
 from ._runlog import SHARED, RunLog
 
 __all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan"]
+
+_log = tether_logger()
 
 #: How often a cancel re-reads the newest row when a step's write races it.
 _CANCEL_ATTEMPTS = 5
@@ -343,6 +346,8 @@ class Level:
         row.status = status
         await self.rows.end(row)
         if status == FAILED:
+            if reason is None:  # a failure, not a cancel: the developer hears of it
+                _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
             return RunResult(execution_id=self.execution_id, status="failed", error=error)
         return RunResult(execution_id=self.execution_id, status="completed", output=output)
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import AlreadyResumed, RunExists, Store
+from stores import HITL_PAUSE, RUN_END, AlreadyResumed, RunExists, Store
 
-from .._core import Actor, ActorContext, ActorStopped
+from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
 from ._engine import level_of
 from ._level import Level, Next
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunActor"]
 
+_log = tether_logger()
 #: Bound on releasing the ownership lock after an activation (shielded).
 _UNLOCK_TIMEOUT = 5.0
 
@@ -102,11 +103,30 @@ class RunActor(Actor):
                 "the run stays recoverable: resume it"
             )
             reply.settle(None, stopped)
+            self._warn_stopped()
             raise
         except Exception as error:
             reply.settle(None, error)
         else:
             reply.settle(result, None)
+
+    def _warn_stopped(self) -> None:
+        """A WARNING for a run left mid-step (its newest row is a step): how to resume it."""
+        last = self._log.last
+        if last is None or last.step_type in (HITL_PAUSE, RUN_END):
+            return
+        eid, runner = self.execution_id, self.runner.name
+        _log.warning(
+            "run stopped mid-step",
+            execution_id=eid,
+            agent_path=last.agent_path,
+            node_id=last.node_id,
+            step_type=last.step_type,
+            resume=(
+                f"await system.resume({eid!r}) in a process whose ActorSystem has runner {runner!r}, "
+                f"or: tether resume {eid} --runner module:attr"
+            ),
+        )
 
     async def _handle(self, ctx: ActorContext, request: Request) -> RunResult:
         rows = RunLog(

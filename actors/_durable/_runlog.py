@@ -55,28 +55,40 @@ def step_seq(row: Checkpoint) -> int:
 
 
 class StepLog:
-    """One INFO event per row written (``execution_id``, ``agent_path``, ``node_id``), built only
-    when the ``"tether"`` logger has INFO enabled."""
+    """One INFO event per row written (``execution_id``, ``agent_path``, ``node_id``, ``step_type``),
+    built only when the ``"tether"`` logger has INFO enabled. A row is written before its step, so
+    the event says what starts: ``step started``, ``run paused`` or ``run ended`` (with its status).
+    ``last`` is the newest row written, for the warning of a run stopped mid-step."""
 
-    __slots__ = ("_bindings", "_logger")
+    __slots__ = ("_bindings", "_logger", "last")
 
     def __init__(self, **bindings: object) -> None:
         self._bindings = bindings
         self._logger: Any = None
+        self.last: Checkpoint | None = None
 
     def step(self, row: Checkpoint) -> None:
-        """Log that ``row`` was written (an INFO event named after its ``step_type``)."""
+        """Log that ``row`` was written, and the step it starts."""
+        self.last = row
         if not LOGGER.isEnabledFor(logging.INFO):
             return
         if self._logger is None:
             self._logger = tether_logger(**self._bindings)
+        extra: dict[str, object] = {}
+        if row.step_type == HITL_PAUSE:
+            event = "run paused"
+        elif row.step_type == RUN_END:
+            event, extra = "run ended", {"status": row.status}
+        else:
+            event = "step started"
         self._logger.info(
-            row.step_type,
+            event,
             execution_id=row.execution_id,
             agent_path=row.agent_path,
             node_id=row.node_id,
+            step_type=row.step_type,
             seq=row.seq,
-            status=row.status,
+            **extra,
         )
 
 

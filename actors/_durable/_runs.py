@@ -25,6 +25,7 @@ from stores import (
     RunExists,
     RunNotFound,
     Store,
+    check_execution_id,
     new_id,
 )
 
@@ -104,15 +105,14 @@ class Runs:
         self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
         """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
-        self._spawned[_checked_runner(runner).name] = runner
-        run_id = execution_id if execution_id is not None else new_id()
+        _checked_runner(runner)
+        run_id = check_execution_id(execution_id) if execution_id is not None else new_id()
+        given = _checked_input(input)
+        self._spawned[runner.name] = runner
         messages: list[Message] = []
         if runner.instructions:
             messages.append(Message("system", runner.instructions))
-        if isinstance(input, str):
-            messages.append(Message("user", input))
-        else:
-            messages.extend(input)
+        messages.extend(given)
         if self._runtime.lookup(run_id) is not None:
             raise RunExists(f"run {run_id!r} is already live in this process")
         store = await self._store()
@@ -246,3 +246,19 @@ def _checked_runner(runner: object) -> Runner:
     if not isinstance(runner, Agent | Swarm | Supervisor):
         raise TypeError(f"a runner is an Agent, a Swarm or a Supervisor, not {type(runner).__name__}")
     return runner
+
+
+def _checked_input(input: object) -> list[Message]:
+    """A spawn's input as messages: a str is the user's message; a list or tuple must hold only
+    :class:`Message` objects. Anything else raises ``TypeError`` naming the type."""
+    if isinstance(input, str):
+        return [Message("user", input)]
+    if isinstance(input, list | tuple):
+        for i, item in enumerate(input):
+            if not isinstance(item, Message):
+                raise TypeError(
+                    f"spawn input is a str or a list of Message; item {i} of this "
+                    f"{type(input).__name__} is a {type(item).__name__}"
+                )
+        return list(input)
+    raise TypeError(f"spawn input is a str or a list of Message, not {type(input).__name__}")

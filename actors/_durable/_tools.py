@@ -7,7 +7,8 @@ types with msgspec before the call (strictly: ``"3"`` is not an ``int``; unknown
 
 :meth:`Tool.invoke` never lets an ordinary exception escape: bad arguments, a raised exception, a
 timeout or a result that is not JSON each become a :class:`ToolOutcome` whose ``content`` is the
-error text the model reads. Only cancellation and the pause signal of ``interrupt()`` pass through.
+error text the model reads (a raised exception is also a WARNING with its traceback on the logger
+``"tether"``). Only cancellation and the pause signal of ``interrupt()`` pass through.
 Sync tools run in a worker thread with the caller's context variables, so ``current_run()`` and
 ``interrupt()`` work inside them.
 """
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
+import time
 import typing
 from collections.abc import Callable
 from typing import Any, overload
@@ -29,7 +32,12 @@ from stores import SerializationError
 from stores import encode_json as encode
 from stores import normalize_json as normalize
 
+from .._core import LOGGER, tether_logger
+from ._context import current_context
+
 __all__ = ["Tool", "ToolOutcome", "tool"]
+
+_log = tether_logger()
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params)\s*:\s*$")
@@ -113,8 +121,23 @@ class Tool:
     async def invoke(self, arguments: Any) -> ToolOutcome:
         """Validate ``arguments``, run the tool (bounded by ``timeout``), and say what the model reads.
 
-        Raises only cancellation and the pause signal of ``interrupt()``.
+        Raises only cancellation and the pause signal of ``interrupt()``. A tool that raises is also a
+        WARNING with its traceback on the ``"tether"`` logger; every outcome that ends the call (with
+        its duration) is an INFO event.
         """
+        started = time.perf_counter()
+        outcome = await self._invoke(arguments)
+        if LOGGER.isEnabledFor(logging.INFO):
+            _log.info(
+                "tool finished",
+                **_run_fields(),
+                tool=self.name,
+                outcome=outcome.error or "ok",
+                duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            )
+        return outcome
+
+    async def _invoke(self, arguments: Any) -> ToolOutcome:
         try:
             args, kwargs = self.bind_arguments(arguments)
         except msgspec.ValidationError as exc:
@@ -135,9 +158,10 @@ class Tool:
                         error="timeout",
                     )
         except Exception as exc:
-            return ToolOutcome(
-                content=f"Tool '{self.name}' failed: {type(exc).__name__}: {exc}", ok=False, error="raised"
-            )
+            content = f"Tool '{self.name}' failed: {type(exc).__name__}: {exc}"
+            # The model reads the error; the developer gets it too, with where it came from.
+            _log.warning("tool raised", **_run_fields(), tool=self.name, error=content, exc_info=exc)
+            return ToolOutcome(content=content, ok=False, error="raised")
         try:
             value = normalize(result)
         except SerializationError as exc:
@@ -156,6 +180,14 @@ class Tool:
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine after all
             result = await result
         return result
+
+
+def _run_fields() -> dict[str, Any]:
+    """The run a tool is called in, for its log events (nothing outside a run)."""
+    ctx = current_context()
+    if ctx is None:
+        return {}
+    return {"execution_id": ctx.execution_id, "agent_path": ctx.agent_path, "node_id": ctx.node_id}
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -11,8 +11,10 @@ from contextlib import AbstractContextManager
 import asyncpg
 
 from .._base import Plan
-from .._codec import MessageLogs
-from .._model import Checkpoint
+from .._codec import MessageLogs, encode_cache_value, encode_pending
+from .._errors import run_exists
+from .._json import decode
+from .._model import CacheEntry, Checkpoint, PendingInterrupt
 from ._rows import args, conflict, decode_many
 
 __all__ = ["Outbox"]
@@ -91,3 +93,61 @@ class Outbox:
                 self._logs.forget(run)
             raise
         return inserted
+
+    async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
+        """Every cache entry of the run, oldest first (one round trip)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["cache_entries"], execution_id)
+        return [
+            CacheEntry(
+                execution_id=execution_id, key=r["key"], value=decode(r["value"]), created_at=r["created_at"]
+            )
+            for r in recs
+        ]
+
+    async def import_run(
+        self,
+        execution_id: str,
+        rows: Sequence[Checkpoint],
+        cache: Sequence[CacheEntry],
+        pending: PendingInterrupt | None,
+    ) -> int:
+        """Import a restored run in one transaction (see :meth:`ReplicatedStore.import_run`)."""
+        ordered = sorted(rows, key=lambda r: r.seq)
+        values = [encode_cache_value(execution_id, e.key, e.value) for e in cache]
+        context = encode_pending(pending) if pending is not None else None
+        pool = await self._ready()
+        self._logs.forget(execution_id)
+        try:
+            plans = [(row, self._logs.plan(row)) for row in ordered]
+            with self._lost():
+                async with pool.acquire() as conn, conn.transaction():
+                    if await conn.fetchval(self._sql["run_known"], execution_id):
+                        raise run_exists(execution_id)
+                    for row, plan in plans:
+                        try:
+                            await conn.fetchval(self._sql["import"], *args(plan))
+                        except asyncpg.UniqueViolationError as exc:
+                            raise conflict(row, exc) from None
+                    if cache:
+                        await conn.execute(
+                            self._sql["import_cache"],
+                            execution_id,
+                            [e.key for e in cache],
+                            values,
+                            [e.created_at for e in cache],
+                        )
+                    if pending is not None:
+                        await conn.execute(
+                            self._sql["import_pending"],
+                            execution_id,
+                            pending.reason,
+                            context,
+                            pending.node_id,
+                            pending.agent_path,
+                            pending.created_at,
+                        )
+            return len(plans)
+        finally:
+            self._logs.forget(execution_id)

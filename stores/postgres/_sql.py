@@ -167,6 +167,13 @@ SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorde
     "mark_quarantined": "UPDATE {s}.checkpoints c SET synced = true, sync_error = u.reason "
     "FROM unnest($1::text[], $2::text[]) AS u(id, reason) WHERE c.checkpoint_id = u.id",
     "sync_state": "SELECT synced, sync_error FROM {s}.checkpoints WHERE checkpoint_id = $1",
+    "cache_entries": "SELECT key, value, created_at FROM {s}.idempotency_cache WHERE execution_id = $1 "
+    "ORDER BY created_at, key",
+    "run_known": "SELECT 1 FROM {s}.checkpoints WHERE execution_id = $1 LIMIT 1",
+    "import_cache": "INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at) "
+    "SELECT $1, k, v, t FROM unnest($2::text[], $3::json[], $4::timestamptz[]) AS u(k, v, t) "
+    "ON CONFLICT DO NOTHING",
+    "import_pending": f"INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS}) VALUES ($1, $2, $3, $4, $5, $6)",
     "existing_ids": "SELECT checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = ANY($1::text[])",
     # prune: the skeleton (stores._prune.PruneRow) of every run that has something older than $1.
     "prune_skeleton": f"""

@@ -42,8 +42,9 @@ from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
-from ._connection import SYNCHRONOUS, DatabaseThread, connect, retry_busy
+from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
 from ._locks import FileLocks
+from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
     LOG_LENGTH,
@@ -71,7 +72,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(BaseStore, GroupCommit):
+class SQLiteStore(BaseStore, GroupCommit, Replica):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -165,6 +166,13 @@ class SQLiteStore(BaseStore, GroupCommit):
         )
         raw = await anyio.to_thread.run_sync(opener)
         return DatabaseThread(raw, f"tether-sqlite-{'writer' if writer else 'reader'}")
+
+    async def integrity_check(self, *, max_errors: int = 100) -> list[str]:
+        """What SQLite's ``PRAGMA integrity_check`` finds wrong with the file, at most ``max_errors``
+        lines (an empty list: nothing). Reads the file through a read-only connection of its own, in
+        a worker thread; needs no :meth:`setup` and creates nothing (a missing file is
+        ``StoreUnavailable``). It reads every page, so it takes time in proportion to the file."""
+        return await anyio.to_thread.run_sync(integrity_problems, self.path, max_errors)
 
     # ------------------------------------------------------------------ reads (one hop each)
 

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import msgspec
+import pytest
 
+from .._errors import RunExists, SerializationError
 from .._model import (
+    CacheEntry,
     utcnow,
 )
 from .._protocol import Store
 from ._base import ConformanceBase
 from ._factories import (
     make_message,
+    make_pending,
     make_row,
+    pause_row,
 )
 
 __all__ = ["OutboxTests"]
@@ -95,3 +101,37 @@ class OutboxTests(ConformanceBase):
             assert await store.history("run-a") == local
             assert await box.sync_state(local[0].checkpoint_id) == (False, None)
             assert await box.import_rows([]) == 0
+
+    async def test_outbox_import_run_brings_rows_cache_and_pending_at_once(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            msgs = [make_message(i) for i in range(4)]
+            rows = [make_row("run-r", 0, messages=msgs[:2]), make_row("run-r", 1, messages=msgs[:3])]
+            pause = pause_row("run-r", 2, messages=msgs)
+            pending = make_pending("run-r", pause)
+            at = utcnow() - timedelta(minutes=5)
+            cache = [
+                CacheEntry(execution_id="run-r", key="k1", value={"charged": 20}, created_at=at),
+                CacheEntry(execution_id="run-r", key="k2", value=None, created_at=at + timedelta(seconds=1)),
+            ]
+            assert await box.import_run("run-r", [pause, *rows], cache, pending) == 3
+            assert await store.history("run-r") == [*rows, pause]
+            assert await box.cache_entries("run-r") == cache
+            assert (await store.cache_get("run-r", "k1")).value == {"charged": 20}  # type: ignore[union-attr]
+            assert await store.pending("run-r") == [pending]
+            assert [await box.sync_state(r.checkpoint_id) for r in (*rows, pause)] == [(True, None)] * 3
+            assert await box.fetch_unsynced(100) == []
+            with pytest.raises(RunExists):
+                await box.import_run("run-r", [make_row("run-r", 0)], [], None)
+            assert await store.history("run-r") == [*rows, pause]
+            assert await box.cache_entries("no-such-run") == []
+
+    async def test_outbox_import_run_writes_nothing_when_any_part_is_refused(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            rows = [make_row("run-x", 0), make_row("run-x", 1)]
+            bad = [CacheEntry(execution_id="run-x", key="k", value=float("nan"), created_at=utcnow())]
+            with pytest.raises(SerializationError):
+                await box.import_run("run-x", rows, bad, None)
+            assert await store.history("run-x") == []
+            assert await box.cache_entries("run-x") == []

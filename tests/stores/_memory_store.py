@@ -29,6 +29,7 @@ from stores._model import (
     COMPLETED,
     RUN_END,
     Cached,
+    CacheEntry,
     Checkpoint,
     PendingInterrupt,
     ReEntry,
@@ -385,3 +386,33 @@ class MemoryStore:
             self._insert(self._check(row), synced=True)
             inserted += 1
         return inserted
+
+    async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
+        found = [
+            CacheEntry(execution_id=eid, key=key, value=value, created_at=created)
+            for (eid, key), (value, created) in self.db.cache.items()
+            if eid == execution_id
+        ]
+        return sorted(found, key=lambda e: (e.created_at, e.key))
+
+    async def import_run(
+        self,
+        execution_id: str,
+        rows: Sequence[Checkpoint],
+        cache: Sequence[CacheEntry],
+        pending: PendingInterrupt | None,
+    ) -> int:
+        if self.db.rows.get(execution_id):
+            raise RunExists(f"run {execution_id!r} already has checkpoints")
+        checked = [self._check(row) for row in sorted(rows, key=lambda r: r.seq)]
+        for entry in cache:
+            encode_cache_value(execution_id, entry.key, entry.value)
+        for row in checked:
+            self._conflict(row)
+        for row in checked:
+            self._insert(row, synced=True)
+        for entry in cache:
+            self.db.cache.setdefault((execution_id, entry.key), (normalize(entry.value), entry.created_at))
+        if pending is not None:
+            self.db.pending[execution_id] = pending
+        return len(checked)

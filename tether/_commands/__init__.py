@@ -6,7 +6,23 @@ A new command is a module here with a :class:`Command` and one line in :data:`CO
 
 from __future__ import annotations
 
-from . import bench, cancel, decide, demo, diff, fork, inspect, migrate, pending, prune, resume, runs, show
+from . import (
+    bench,
+    cancel,
+    check,
+    decide,
+    demo,
+    diff,
+    fork,
+    inspect,
+    migrate,
+    pending,
+    plane,
+    prune,
+    resume,
+    runs,
+    show,
+)
 from ._command import Command
 
 __all__ = ["COMMANDS", "Command"]
@@ -25,6 +41,8 @@ COMMANDS: tuple[Command, ...] = (
     fork.COMMAND,
     prune.COMMAND,
     migrate.COMMAND,
+    check.COMMAND,
+    plane.COMMAND,
     inspect.COMMAND,
     bench.COMMAND,
 )

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from actors import ActorSystem, Agent, AlreadyResumed, Resume
-from stores import PendingInterrupt, TetherError
+from stores import PendingInterrupt, RunNotFound, TetherError
 
 from .._store_url import opened_store
 from .._timeline import diff_rows, pick_rows, sync_states, timeline, when
@@ -123,8 +123,10 @@ async def _decide(request: Request) -> Response:
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
-    """A refusal of the library (unknown run, missing runner...) as a page naming it."""
-    return _page(request, "message.html", 409, title=type(exc).__name__, text=f"{type(exc).__name__}: {exc}")
+    """A refusal of the library as a page naming it: 404 for an unknown run or row, else 409 (a
+    missing runner, a finished run)."""
+    code = 404 if isinstance(exc, RunNotFound) else 409
+    return _page(request, "message.html", code, title=type(exc).__name__, text=f"{type(exc).__name__}: {exc}")
 
 
 async def _home(request: Request) -> Response:

@@ -118,11 +118,11 @@ async def test_pause_claim_and_end(store_backend: Backend, caplog: pytest.LogCap
                 COMPLETED,
             )
         logged = [r.getMessage() for r in caplog.records if r.name == "tether"]
-        assert [m.split()[0] for m in logged] == [
-            "event='tool_call'",
-            "event='hitl_pause'",
-            "event='resume'",
-            "event='run_end'",
+        assert [(m.split("' ")[0], m.split("step_type=")[1].split()[0]) for m in logged] == [
+            ("event='step started", "'tool_call'"),
+            ("event='run paused", "'hitl_pause'"),
+            ("event='step started", "'resume'"),
+            ("event='run ended", "'run_end'"),
         ]
     finally:
         await store.close()

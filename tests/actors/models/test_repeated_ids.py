@@ -19,10 +19,11 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from _chat_server import ok, serve
 from conftest import Backend
 
 from actors import ActorSystem, Agent, Resume, interrupt, tool
-from actors.models import FunctionModel, Message, ModelError, ModelReply, ToolCall
+from actors.models import FunctionModel, Message, ModelError, ModelReply, OpenAIChat, ToolCall
 from actors.models._intake import take_in
 from stores import HITL_PAUSE, Checkpoint, new_id
 
@@ -258,3 +259,60 @@ async def test_old_rows_with_a_shared_id_re_enter_the_call_at_their_position(
     (messages,) = seen
     answers = [(m.name, m.content) for m in messages if m.role == "tool"]
     assert answers == [("refund", "refunded A-1"), ("notify", "notified zoe")]
+
+
+# -- the same reply from a server, through OpenAIChat ---------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_server_repeating_an_id_gets_one_answer_per_call(
+    store_backend: Backend, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    server_calls = [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "refund", "arguments": '{"order":"A-1","amount":5}'},
+        },
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "notify", "arguments": '{"customer":"zoe"}'},
+        },
+    ]
+    for server in serve():
+        server.script = [
+            ok({"role": "assistant", "content": None, "tool_calls": server_calls}, "tool_calls"),
+            ok({"role": "assistant", "content": "Refunded and told."}),
+        ]
+        tools = repeated_id_agent(marks).tools
+        async with OpenAIChat("kimi-like", base_url=server.base_url, backoff=0.01) as model:
+            agent = Agent("repeater", model, tools=tools)
+            for leg in ("pause", "resume"):  # two systems on two store instances: two activations
+                store = store_backend.open()
+                await store.setup()
+                try:
+                    with anyio.fail_after(LIMIT):
+                        async with ActorSystem(store, runners=[agent]) as system:
+                            if leg == "pause":
+                                ref = await system.spawn(agent, "refund and tell", execution_id="srv")
+                                assert (await ref.result(timeout=10)).status == "paused"
+                            else:
+                                result = await system.resume("srv", Resume(approved=True), timeout=10)
+                finally:
+                    await store.close()
+        bodies = server.bodies()
+    assert result.status == "completed" and result.output == "Refunded and told."
+    assert [(c["tool"], c.get("order"), c.get("customer")) for c in calls_made(marks)] == [
+        ("refund", "A-1", None),
+        ("notify", None, "zoe"),
+    ]
+    messages = bodies[1]["messages"]
+    (assistant,) = [m for m in messages if m["role"] == "assistant"]
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_0", "call_0_2"]
+    assert [(m["tool_call_id"], m["content"]) for m in messages if m["role"] == "tool"] == [
+        ("call_0", "refunded A-1"),
+        ("call_0_2", "notified zoe"),
+    ]

@@ -1,0 +1,168 @@
+"""The plane's HTTP client (httpx): one ingest POST, the reads, and how each answer is classified.
+
+Classification follows DESIGN.md, "Answers": a 2xx is accepted (with per-item ``rejections``);
+400, 409, 413 and 422 refuse the batch on payload grounds; 401, 403, 404, 408 and 429 are a
+condition of the connection (rows stay buffered; 429 brings ``Retry-After``); 5xx and transport
+errors are retried later with backoff. Other statuses count as a condition of the connection too:
+nothing about them says a row is at fault.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+
+from stores import utcnow
+
+from ._errors import PlaneError
+
+__all__ = ["INGEST_PATH", "Answer", "Outcome", "PlaneClient"]
+
+INGEST_PATH: Final = "/public/v1/checkpoints/ingest"
+_PAYLOAD_REFUSALS: Final = frozenset({400, 409, 413, 422})
+_EXPLANATION_CHARS: Final = 300
+_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
+_log = logging.getLogger("tether")
+
+
+class Outcome(enum.Enum):
+    """What an answer to an ingest POST means for the rows it carried."""
+
+    ACCEPTED = "accepted"
+    REFUSED = "refused"  # payload grounds: quarantine (named rows, or bisect)
+    BLOCKED = "blocked"  # a condition of the connection: keep the rows, try later
+    FAILED = "failed"  # 5xx or transport: keep the rows, retry with backoff
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """One answer: its outcome, status (``None`` on a transport error), the plane's words,
+    the rows it rejected or refused by name, and ``Retry-After`` in seconds."""
+
+    outcome: Outcome
+    status: int | None
+    explanation: str
+    rejections: dict[str, str] = {}
+    resend: frozenset[str] = frozenset()
+    retry_after: float | None = None
+
+
+class PlaneClient:
+    """An ``httpx.AsyncClient`` bound to one plane and one key."""
+
+    def __init__(self, url: str, api_key: str, *, timeout: float) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"a plane URL is http(s)://host[:port][/path], not {url!r}")
+        if parts.scheme == "http" and (parts.hostname or "") not in _LOOPBACK:
+            _log.warning(
+                "replicator: %s is plain http to a host other than loopback: payloads travel in clear", url
+            )
+        self.url = url.rstrip("/")
+        self._headers = {"X-API-Key": api_key, "Content-Type": "application/json"}
+        self._timeout = timeout
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout)
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the connection pool (idempotent)."""
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
+
+    async def ingest(self, body: bytes) -> Answer:
+        """POST one ingest body and classify the answer (never raises for HTTP or transport trouble)."""
+        try:
+            response = await self._client().post(INGEST_PATH, content=body)
+        except httpx.HTTPError as exc:
+            return Answer(Outcome.FAILED, None, f"{type(exc).__name__}: {exc}")
+        return classify(response.status_code, response.content, response.headers)
+
+    async def read(self, path: str) -> Any | None:
+        """GET a read endpoint: its JSON, or ``None`` on 404; :class:`PlaneError` otherwise."""
+        try:
+            response = await self._client().get(path)
+        except httpx.HTTPError as exc:
+            raise PlaneError(f"cannot reach the plane at {self.url}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code // 100 != 2:
+            raise PlaneError(
+                f"GET {self.url}{path} answered {response.status_code}: {_words(response.content)}",
+                status=response.status_code,
+            )
+        try:
+            return msgspec.json.decode(response.content)
+        except msgspec.DecodeError as exc:
+            raise PlaneError(f"GET {self.url}{path} answered with a body that is not JSON: {exc}") from exc
+
+
+def classify(status: int, content: bytes, headers: Mapping[str, str]) -> Answer:
+    """The :class:`Answer` of an ingest response."""
+    words = _words(content)
+    if 200 <= status < 300:
+        named, resend = _rejections(content)
+        return Answer(Outcome.ACCEPTED, status, words, named, resend)
+    if status in _PAYLOAD_REFUSALS:
+        named, _ = _rejections(content)
+        return Answer(Outcome.REFUSED, status, words, named)
+    if status >= 500:
+        return Answer(Outcome.FAILED, status, words, retry_after=_retry_after(headers))
+    return Answer(Outcome.BLOCKED, status, words, retry_after=_retry_after(headers))
+
+
+def _words(content: bytes) -> str:
+    """The plane's explanation: its JSON ``error``/``detail`` if it gave one, else the body text."""
+    try:
+        body = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        body = None
+    if isinstance(body, dict):
+        for field in ("error", "detail", "message"):
+            text = body.get(field)
+            if isinstance(text, str):
+                return text[:_EXPLANATION_CHARS]
+    return content.decode("utf-8", "replace").strip()[:_EXPLANATION_CHARS]
+
+
+def _rejections(content: bytes) -> tuple[dict[str, str], frozenset[str]]:
+    """``{checkpoint_id: reason}`` of a body's ``rejections``, and the ids it asks to send whole."""
+    try:
+        body = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        return {}, frozenset()
+    found = body.get("rejections") if isinstance(body, dict) else None
+    named: dict[str, str] = {}
+    resend: set[str] = set()
+    for entry in found if isinstance(found, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("checkpoint_id"), str):
+            if entry.get("resend") is True:
+                resend.add(entry["checkpoint_id"])
+            else:
+                named[entry["checkpoint_id"]] = str(entry.get("reason", "rejected"))[:_EXPLANATION_CHARS]
+    return named, frozenset(resend)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), or ``None``."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - utcnow()).total_seconds())
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,291 @@
+"""The replicator: an actor that ships one store's outbox to one plane, with one key.
+
+Driven by messages (:mod:`replication._messages`): a :class:`Kick` per commit (sent without waiting,
+at most one queued), a :class:`Tick` from its timer child for retries, a :class:`Drain` when asked.
+A drain sends unsynced rows oldest first in batches; a refused batch that names no rows is bisected
+until each refused row stands alone, a refusal that names its rows quarantines those, and per-item
+rejections in a 2xx are quarantined. A condition of the connection (401, 403, 404, 408, 429) or a
+5xx/transport error leaves the rows buffered, with no age or count bound, and arms the timer with
+backoff (``Retry-After`` when the plane gives one). Leaving the system does one final drain,
+bounded by ``flush_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from actors import Actor, ActorContext, ActorRef, ActorStopped, MailboxFull, Restart
+from stores import Checkpoint, ReplicatedStore, Store, StoreError, conversation_of
+
+from ._client import INGEST_PATH, Answer, Outcome, PlaneClient
+from ._messages import Arm, Drain, Drained, Kick, ReplicatorMessage, Tick
+from ._restore import restore_enabled, restore_into
+from ._wire import Conversations, Item
+
+__all__ = ["Replicator"]
+
+#: Backoff of the retry timer: ``_BACKOFF_BASE * 2**n`` seconds, at most ``_BACKOFF_MAX`` apart.
+_BACKOFF_BASE: Final = 0.5
+_BACKOFF_MAX: Final = 60.0
+#: The longest ``Retry-After`` honoured as given (a longer one waits this long).
+_RETRY_AFTER_MAX: Final = 600.0
+_KICK: Final = Kick()
+_log = logging.getLogger("tether")
+
+
+class _Timer(Actor):
+    """The retry timer: sleeps as asked, then ticks its parent (a child, stopped with it)."""
+
+    def __init__(self, parent: ActorRef) -> None:
+        self._parent = parent
+
+    async def receive(self, ctx: ActorContext, message: Any) -> None:
+        match message:
+            case Arm(delay=delay):
+                await anyio.sleep(delay)
+                try:
+                    self._parent.send_nowait(Tick())
+                except (MailboxFull, ActorStopped):
+                    pass  # full: a drain is coming anyway; stopped: nothing left to retry for
+
+
+class Replicator(Actor):
+    """Ships the store of the :class:`~actors.ActorSystem` it is given to (``replicator=``) to a plane.
+
+    ``url`` is the plane's base URL, ``api_key`` its key (one tenant). Batches hold at most
+    ``batch_size`` rows; ``timeout`` bounds one request; ``flush_timeout`` the final drain.
+    """
+
+    #: How the system supervises it: a crash (a bug, never a network answer) restarts it, and the
+    #: restarted replicator drains once; leaving the system stops it after its final drain.
+    restart: Final = Restart.TRANSIENT
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        batch_size: int = 200,
+        timeout: float = 10.0,
+        flush_timeout: float = 5.0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
+        if not api_key:
+            raise ValueError("a replicator needs the plane's api_key")
+        self.url = url
+        self.batch_size = batch_size
+        self.flush_timeout = flush_timeout
+        self.stop_timeout = flush_timeout + timeout + 1.0
+        self._client = PlaneClient(url, api_key, timeout=timeout)
+        self._store: Store | None = None
+        self._ref: ActorRef | None = None
+        self._timer: ActorRef | None = None
+        self._conversations = Conversations()
+        self._kick_queued = False
+        self._armed = False
+        self._waiting = False
+        self._failures = 0
+
+    def __repr__(self) -> str:
+        return f"Replicator({self.url!r})"
+
+    # -- the replicator protocol of ActorSystem ---------------------------------------------------
+
+    def attach(self, store: Store) -> None:
+        """Bind to the store of the system this replicator is given to (one store per replicator)."""
+        if self._store is not None and self._store is not store:
+            raise ValueError(f"{self!r} already serves another store; give each system its own replicator")
+        if not isinstance(store, ReplicatedStore):
+            raise TypeError(
+                f"{type(store).__name__} keeps no outbox (stores.ReplicatedStore): nothing to replicate"
+            )
+        self._store = store
+
+    def kick(self) -> None:
+        """A commit happened: ask for a drain without waiting (at most one kick is queued)."""
+        ref = self._ref
+        if ref is None or self._kick_queued:
+            return
+        try:
+            ref.send_nowait(_KICK)
+        except (MailboxFull, ActorStopped):
+            return
+        self._kick_queued = True
+
+    async def restore(self, execution_id: str) -> bool:
+        """Restore a run the store lacks from the plane (rows, cache entries, the pending row);
+        whether it was restored. ``False`` without asking when ``TETHER_RESTORE_FROM_PLANE`` is off;
+        :class:`~replication.PlaneError` if the plane cannot answer."""
+        if not restore_enabled():
+            return False
+        return await restore_into(self._outbox(), execution_id, self._client) is not None
+
+    async def drain(self, *, timeout: float = 30.0) -> Drained:
+        """Drain now and say what was done (for scripts and tests; commits drain by themselves)."""
+        if self._ref is None:
+            raise ActorStopped(f"{self!r} is not running")
+        result: Drained = await self._ref.ask(Drain(), timeout=timeout)
+        return result
+
+    # -- the actor --------------------------------------------------------------------------------
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        self._outbox()
+        self._ref = ctx.self
+        self._conversations = Conversations()
+        self._kick_queued = self._armed = self._waiting = False
+        self._failures = 0
+        self._timer = await ctx.start_child(
+            _Timer(ctx.self), name="replicator-timer", restart=Restart.PERMANENT
+        )
+        self.kick()  # rows written before it was attached, or by processes without one
+
+    async def receive(self, ctx: ActorContext, message: ReplicatorMessage) -> Drained | None:
+        match message:
+            case Kick():
+                self._kick_queued = False
+                if not self._waiting:
+                    await self._drain(Drained())
+            case Tick():
+                self._armed = False
+                await self._drain(Drained())
+            case Drain():
+                return await self._drain(Drained())
+        return None
+
+    async def on_stop(self, ctx: ActorContext) -> None:
+        self._ref = None
+        try:
+            with anyio.move_on_after(self.flush_timeout) as bound:
+                await self._drain(Drained())
+            if bound.cancelled_caught:
+                _log.warning(
+                    "replicator: the final drain to %s did not finish in %ss", self.url, self.flush_timeout
+                )
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                await self._client.aclose()
+
+    # -- draining ---------------------------------------------------------------------------------
+
+    def _outbox(self) -> Any:
+        if self._store is None:
+            raise RuntimeError(f"{self!r} is not attached to a store: give it to ActorSystem(replicator=...)")
+        return self._store
+
+    async def _drain(self, done: Drained) -> Drained:
+        """Send batches until the outbox is empty or the plane cannot take more now."""
+        box = self._outbox()
+        try:
+            while True:
+                rows: list[Checkpoint] = await box.fetch_unsynced(self.batch_size)
+                if not rows:
+                    break
+                settled = done.sent + done.quarantined
+                if not await self._ship(box, rows, done):
+                    done.buffered = True
+                    return done
+                if done.sent + done.quarantined == settled:
+                    break  # only rows to send whole again were left: the next drain takes them
+        except (StoreError, OSError) as exc:
+            _log.warning("replicator: the store could not be read or marked: %r; retrying later", exc)
+            done.buffered = True
+            self._wait(None)
+            return done
+        self._failures = 0
+        self._waiting = False
+        return done
+
+    async def _ship(self, box: Any, rows: Sequence[Checkpoint], done: Drained) -> bool:
+        """POST ``rows``; settle what the answer says. ``False``: the plane cannot take them now."""
+        items = self._conversations.items(rows)
+        answer = await self._post(items)
+        done.posts += 1
+        match answer.outcome:
+            case Outcome.ACCEPTED:
+                await self._settle(box, rows, items, answer, done)
+                return True
+            case Outcome.REFUSED:
+                ids = {row.checkpoint_id for row in rows}
+                named = {cid: reason for cid, reason in answer.rejections.items() if cid in ids}
+                if named:
+                    await self._quarantine(
+                        box, {c: f"HTTP {answer.status}: {r}" for c, r in named.items()}, done
+                    )
+                    rest = [row for row in rows if row.checkpoint_id not in named]
+                    return await self._ship(box, rest, done) if rest else True
+                if len(rows) == 1:
+                    reason = f"HTTP {answer.status} from {INGEST_PATH}: {answer.explanation}"
+                    await self._quarantine(box, {rows[0].checkpoint_id: reason}, done)
+                    return True
+                mid = len(rows) // 2
+                return await self._ship(box, rows[:mid], done) and await self._ship(box, rows[mid:], done)
+            case _:
+                _log.warning(
+                    "replicator: %s answered %s (%s); %d rows stay buffered",
+                    self.url,
+                    answer.status if answer.status is not None else "no response",
+                    answer.explanation,
+                    len(rows),
+                )
+                self._wait(answer.retry_after)
+                return False
+
+    async def _post(self, items: list[Item]) -> Answer:
+        body = msgspec.json.encode({"checkpoints": items, "cache": []})
+        return await self._client.ingest(body)
+
+    async def _settle(
+        self, box: Any, rows: Sequence[Checkpoint], items: list[Item], answer: Answer, done: Drained
+    ) -> None:
+        """Quarantine the per-item rejections, keep the rows to send whole, mark the rest synced."""
+        rejected = {cid: f"HTTP {answer.status}: plane rejected: {r}" for cid, r in answer.rejections.items()}
+        accepted: list[Checkpoint] = []
+        for row, item in zip(rows, items, strict=True):
+            cid = row.checkpoint_id
+            if cid in rejected:
+                continue
+            if cid in answer.resend:
+                if item.messages is not None and len(item.messages.new) == item.messages.count:
+                    rejected[cid] = f"HTTP {answer.status}: plane asked for messages it was sent whole"
+                else:
+                    self._conversations.forget(row.execution_id, conversation_of(row.agent_path))
+                continue
+            accepted.append(row)
+        await self._quarantine(
+            box, {c: r for c, r in rejected.items() if c in {x.checkpoint_id for x in rows}}, done
+        )
+        if accepted:
+            await box.mark_synced([row.checkpoint_id for row in accepted])
+            self._conversations.accepted(accepted)
+            done.sent += len(accepted)
+
+    async def _quarantine(self, box: Any, reasons: dict[str, str], done: Drained) -> None:
+        if not reasons:
+            return
+        for cid, reason in reasons.items():
+            _log.warning("replicator: row %s quarantined: %s", cid, reason)
+        await box.mark_quarantined(reasons)
+        done.quarantined += len(reasons)
+
+    def _wait(self, retry_after: float | None) -> None:
+        """Keep the rows buffered and arm the timer (backoff, or the plane's ``Retry-After``)."""
+        self._waiting = True
+        if retry_after is not None:
+            delay = min(retry_after, _RETRY_AFTER_MAX)
+        else:
+            delay = min(_BACKOFF_BASE * 2**self._failures, _BACKOFF_MAX)
+        self._failures = min(self._failures + 1, 16)
+        if self._armed or self._timer is None:
+            return
+        try:
+            self._timer.send_nowait(Arm(delay))
+        except (MailboxFull, ActorStopped):
+            return
+        self._armed = True

@@ -1,0 +1,102 @@
+"""Restore-anywhere: a run the local store lacks, fetched from the plane and imported whole.
+
+``GET {url}/public/v1/runs/{execution_id}`` returns every row of the run in ``seq`` order and its
+cache entries; the rows are imported as synced (their messages rebuilt from the wire), the cache
+entries too, and the pending row when the newest row is an unclaimed pause, so the run resumes
+as if it had never left. ``TETHER_RESTORE_FROM_PLANE`` turns the automatic restore of
+``system.resume/send/fork`` off; :func:`restore_from_plane` is the same thing done by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Final
+from urllib.parse import quote
+
+import msgspec
+
+from stores import HITL_PAUSE, INTERRUPTED, Checkpoint, PendingInterrupt, Store
+
+from ._client import PlaneClient
+from ._errors import PlaneError
+from ._wire import CacheItem, Item, Rebuilder
+
+__all__ = ["ENV_RESTORE", "restore_enabled", "restore_from_plane", "restore_into"]
+
+#: The environment switch of the automatic restore.
+ENV_RESTORE: Final = "TETHER_RESTORE_FROM_PLANE"
+_OFF: Final = frozenset({"0", "false", "no", "off"})
+_ON: Final = frozenset({"", "1", "true", "yes", "on"})
+_log = logging.getLogger("tether")
+
+
+def restore_enabled() -> bool:
+    """Whether restore-anywhere is on: unset or 1/true/yes/on; 0/false/no/off (any case) turn it
+    off, and so does any other value (with a warning: an erasure policy must fail closed)."""
+    value = os.environ.get(ENV_RESTORE, "").strip().lower()
+    if value in _ON:
+        return True
+    if value not in _OFF:
+        _log.warning("%s=%r is not one of 1/true/yes/on/0/false/no/off: restore is off", ENV_RESTORE, value)
+    return False
+
+
+class _Run(msgspec.Struct):
+    checkpoints: list[Item]
+    cache: list[CacheItem] = []
+
+
+async def restore_into(store: Any, execution_id: str, client: PlaneClient) -> Checkpoint | None:
+    """Fetch the run from the plane and import it into ``store``; its newest row, or ``None`` when
+    the plane has no row of it. Never touches a run the store already has."""
+    if await store.latest(execution_id) is not None:
+        return None
+    found = await client.read(f"/public/v1/runs/{quote(execution_id, safe='')}")
+    if found is None:
+        return None
+    try:
+        run = msgspec.convert(found, _Run)
+    except msgspec.ValidationError as exc:
+        raise PlaneError(
+            f"the plane's copy of run {execution_id!r} is not of the protocol's shape: {exc}"
+        ) from exc
+    for item in run.checkpoints:
+        if item.execution_id != execution_id:
+            raise PlaneError(
+                f"the plane answered for run {execution_id!r} with a row of {item.execution_id!r}"
+            )
+    if not run.checkpoints:
+        return None
+    rebuild = Rebuilder()
+    try:
+        rows = [await rebuild.row(item) for item in sorted(run.checkpoints, key=lambda i: i.seq)]
+    except LookupError as exc:
+        raise PlaneError(f"the plane's copy of run {execution_id!r} is incomplete: {exc}") from exc
+    newest = rows[-1]
+    pending = None
+    if newest.step_type == HITL_PAUSE and newest.status == INTERRUPTED:
+        pending = PendingInterrupt(
+            execution_id=execution_id,
+            reason=newest.interrupt_reason or "",
+            context=newest.interrupt_context,
+            node_id=newest.node_id,
+            agent_path=newest.agent_path,
+            created_at=newest.created_at,
+        )
+    cache = [(entry.key, entry.value, entry.created_at) for entry in run.cache]
+    await store.import_run(execution_id, rows, cache, pending)
+    _log.info(
+        "restored run %s from the plane: %d rows, %d cache entries", execution_id, len(rows), len(cache)
+    )
+    return newest
+
+
+async def restore_from_plane(store: Store, execution_id: str, *, url: str, api_key: str) -> Checkpoint | None:
+    """Restore ``execution_id`` from the plane at ``url`` into ``store`` by hand; the newest row, or
+    ``None`` when the plane has none or ``store`` already holds the run (it is never overwritten)."""
+    client = PlaneClient(url, api_key, timeout=30.0)
+    try:
+        return await restore_into(store, execution_id, client)
+    finally:
+        await client.aclose()

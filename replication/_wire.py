@@ -1,0 +1,279 @@
+"""Rows and cache entries to the plane's wire items and back (DESIGN.md, "Replication").
+
+An item carries a row's messages once, as they are stored: ``messages`` is ``{"log", "count",
+"new"}``, where ``log`` names the conversation (:func:`stores.conversation_of` of the row's
+``agent_path``), ``count`` is the length of the row's materialised messages and ``new`` the ones
+it adds over the conversation as the receiver holds it; the receiver's messages are then
+``held[:count - len(new)] + new``. :class:`Conversations` is the sender's memory of what the
+receiver holds (per run and conversation, bounded); a conversation it does not remember is sent
+whole (``new`` = every message), which is always correct. :class:`Rebuilder` is the receiver's
+half (the reference plane and :func:`~replication.restore_from_plane` use it).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import msgspec
+
+from stores import RUN_END, STATUSES, Checkpoint, conversation_of, parse_path
+
+__all__ = [
+    "CacheItem",
+    "Conversations",
+    "Item",
+    "Messages",
+    "Rebuilder",
+    "cache_item",
+    "resource_type",
+    "row_of",
+]
+
+_MESSAGES: Final = "messages"
+#: The resource types of DESIGN.md: from the root segment of a run's ``agent_path``.
+_RESOURCE: Final = {"agent": "agent", "swarm": "swarm", "supervisor": "supervisor"}
+
+
+class Messages(msgspec.Struct, forbid_unknown_fields=True):
+    """A row's messages on the wire: its conversation, their count, the ones it adds."""
+
+    log: str
+    count: int
+    new: list[Any]
+
+
+class Metadata(msgspec.Struct, forbid_unknown_fields=True):
+    """The fields of a row a resume needs that are not a step's identity."""
+
+    node_input: dict[str, Any]
+    node_output: dict[str, Any]
+    interrupt_reason: str | None
+    interrupt_context: dict[str, Any]
+    agent_path: str | None
+
+
+class Item(msgspec.Struct, forbid_unknown_fields=True):
+    """One row on the wire (field names as DESIGN.md lists them)."""
+
+    checkpoint_id: str
+    execution_id: str
+    seq: int
+    runner: str
+    resource_type: str
+    agent_id: str
+    node_id: str
+    step_index: int
+    step_type: str
+    status: str
+    parent_checkpoint_id: str | None
+    created_at: datetime
+    state_snapshot: dict[str, Any]
+    messages: Messages | None
+    metadata: Metadata
+
+    def check(self) -> None:
+        """Refuse what decoding cannot: a bad status, a negative seq or count (:class:`ValueError`)."""
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {sorted(STATUSES)}")
+        if self.seq < 0 or self.step_index < 0:
+            raise ValueError("seq and step_index must be >= 0")
+        if self.created_at.tzinfo is None:
+            raise ValueError("created_at must carry a time zone (UTC)")
+        if _MESSAGES in self.state_snapshot:
+            raise ValueError("state_snapshot must not hold messages: they travel in 'messages'")
+        if self.messages is not None and not 0 <= len(self.messages.new) <= self.messages.count:
+            raise ValueError("messages.new cannot hold more than messages.count messages")
+
+
+class CacheItem(msgspec.Struct, forbid_unknown_fields=True):
+    """One ``@idempotent`` result on the wire."""
+
+    execution_id: str
+    key: str
+    value: Any
+    created_at: datetime
+
+
+def resource_type(agent_path: str | None) -> str:
+    """``agent``, ``swarm`` or ``supervisor``: the kind of the root segment of a run's path."""
+    if not agent_path:
+        return "agent"
+    return _RESOURCE.get(parse_path(agent_path)[0][0], "agent")
+
+
+def cache_item(execution_id: str, key: str, value: Any, created_at: datetime) -> CacheItem:
+    """The wire form of a cache entry."""
+    return CacheItem(execution_id=execution_id, key=key, value=value, created_at=created_at)
+
+
+def _item(row: Checkpoint, messages: Messages | None, snapshot: dict[str, Any]) -> Item:
+    return Item(
+        checkpoint_id=row.checkpoint_id,
+        execution_id=row.execution_id,
+        seq=row.seq,
+        runner=row.runner,
+        resource_type=resource_type(row.agent_path),
+        agent_id=row.runner,
+        node_id=row.node_id,
+        step_index=row.step_index,
+        step_type=row.step_type,
+        status=row.status,
+        parent_checkpoint_id=row.parent_checkpoint_id,
+        created_at=row.created_at,
+        state_snapshot=snapshot,
+        messages=messages,
+        metadata=Metadata(
+            node_input=row.node_input,
+            node_output=row.node_output,
+            interrupt_reason=row.interrupt_reason,
+            interrupt_context=row.interrupt_context,
+            agent_path=row.agent_path,
+        ),
+    )
+
+
+def _split(row: Checkpoint) -> tuple[list[Any] | None, dict[str, Any]]:
+    snapshot = row.state_snapshot
+    messages = snapshot.get(_MESSAGES)
+    if not isinstance(messages, list):
+        return None, snapshot
+    return messages, {k: v for k, v in snapshot.items() if k != _MESSAGES}
+
+
+class Conversations:
+    """The sender's memory of the messages the receiver holds, per run and conversation.
+
+    :meth:`items` builds a batch against it (rows of one conversation later in the batch build on
+    the earlier ones); :meth:`accepted` records what the receiver took. Bounded to ``capacity``
+    runs, least recently sent first out; a run is forgotten once its ``run_end`` was accepted.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._runs: OrderedDict[str, dict[str, list[Any]]] = OrderedDict()
+        self._capacity = capacity
+
+    def items(self, rows: Sequence[Checkpoint]) -> list[Item]:
+        """The wire items of ``rows`` (in order), each adding its messages over what came before."""
+        held: dict[tuple[str, str], list[Any]] = {}
+        out: list[Item] = []
+        for row in rows:
+            messages, snapshot = _split(row)
+            wire: Messages | None = None
+            if messages is not None:
+                key = (row.execution_id, conversation_of(row.agent_path))
+                before = held.get(key)
+                if before is None:
+                    before = self._runs.get(key[0], {}).get(key[1], [])
+                wire = Messages(log=key[1], count=len(messages), new=messages[_start(before, messages) :])
+                held[key] = messages
+            out.append(_item(row, wire, snapshot))
+        return out
+
+    def accepted(self, rows: Iterable[Checkpoint]) -> None:
+        """The receiver now holds these rows (in order)."""
+        for row in rows:
+            if row.step_type == RUN_END:
+                self._runs.pop(row.execution_id, None)
+                continue
+            messages, _ = _split(row)
+            if messages is None:
+                continue
+            logs = self._runs.get(row.execution_id)
+            if logs is None:
+                logs = self._runs[row.execution_id] = {}
+                while len(self._runs) > self._capacity:
+                    self._runs.popitem(last=False)
+            else:
+                self._runs.move_to_end(row.execution_id)
+            logs[conversation_of(row.agent_path)] = messages
+
+    def forget(self, execution_id: str, log: str) -> None:
+        """Send this conversation whole next time (the receiver said it lacks the base)."""
+        logs = self._runs.get(execution_id)
+        if logs is not None:
+            logs.pop(log, None)
+
+
+def _start(before: list[Any], messages: list[Any]) -> int:
+    """How many leading messages ``messages`` shares with ``before`` (list equality checks identity
+    first, so rows materialised from one read compare in C at almost no cost)."""
+    n = min(len(before), len(messages))
+    if messages[:n] == before[:n]:
+        return n
+    low, high = 0, n  # the longest common prefix: rare (a re-read or rewritten conversation)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if messages[:mid] == before[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+#: How a receiver reads what it holds of a conversation when it does not remember it.
+HeldReader = Callable[[str, str], Awaitable[list[Any] | None]]
+
+
+class Rebuilder:
+    """The receiver's half: turns items back into rows, holding each conversation's messages.
+
+    ``held`` reads the messages a conversation holds when this rebuilder has not seen it (the
+    plane reads its store; a restore starts empty). :meth:`row` raises :class:`LookupError` when an
+    item builds on messages the receiver does not hold (a gap: the sender should send it whole).
+    """
+
+    def __init__(self, held: HeldReader | None = None) -> None:
+        self._logs: dict[tuple[str, str], list[Any]] = {}
+        self._held = held
+
+    async def row(self, item: Item) -> Checkpoint:
+        """The row of ``item``; the conversation it belongs to now holds its messages."""
+        snapshot = dict(item.state_snapshot)
+        wire = item.messages
+        if wire is not None:
+            key = (item.execution_id, wire.log)
+            start = wire.count - len(wire.new)
+            before = self._logs.get(key)
+            if before is None and start > 0 and self._held is not None:
+                before = await self._held(*key)
+            before = before or []
+            if start > len(before):
+                raise LookupError(
+                    f"messages.new of {item.checkpoint_id!r} starts at message {start}, but conversation "
+                    f"{wire.log!r} holds {len(before)}: send it whole"
+                )
+            messages = before[:start] + wire.new
+            self._logs[key] = messages
+            snapshot[_MESSAGES] = messages
+        return row_of(item, snapshot)
+
+    def drop(self, item: Item) -> None:
+        """Forget the conversation of a refused item (its messages were not taken)."""
+        if item.messages is not None:
+            self._logs.pop((item.execution_id, item.messages.log), None)
+
+
+def row_of(item: Item, snapshot: dict[str, Any]) -> Checkpoint:
+    """The :class:`~stores.Checkpoint` of an item whose snapshot (with messages) is rebuilt."""
+    meta = item.metadata
+    return Checkpoint(
+        execution_id=item.execution_id,
+        seq=item.seq,
+        runner=item.runner,
+        node_id=item.node_id,
+        step_index=item.step_index,
+        step_type=item.step_type,
+        status=item.status,
+        state_snapshot=snapshot,
+        node_input=meta.node_input,
+        node_output=meta.node_output,
+        interrupt_reason=meta.interrupt_reason,
+        interrupt_context=meta.interrupt_context,
+        agent_path=meta.agent_path,
+        parent_checkpoint_id=item.parent_checkpoint_id,
+        checkpoint_id=item.checkpoint_id,
+        created_at=item.created_at,
+    )
