@@ -147,7 +147,7 @@ class RunEngine(Level):
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-        await self.rows.append(
+        await self._append(
             self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
         )
         reply = take_in(
@@ -177,7 +177,7 @@ class RunEngine(Level):
             node_input=call.arguments,
             tool=call.name,
         )
-        await self.rows.append(row)
+        await self._append(row)
         if call.name in self._specials:
             return await self._special(row, call, turn, index, None, after_pause=False)
         transcript.append(await self._call_tool(row, call, None))
@@ -273,7 +273,8 @@ class RunEngine(Level):
         After a pause, the sibling calls the pause left behind are answered with the note and not
         run (rule 6); after a crash, the siblings that had not started run as the loop would have.
         """
-        transcript = Transcript.from_dicts(step.state_snapshot.get("messages", []))
+        self._good = list(step.state_snapshot.get("messages", []))
+        transcript = Transcript.from_dicts(self._good)
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
+import msgspec
+
 from stores import (
     BOOKKEEPING_STEPS,
     COMPLETED,
@@ -31,6 +33,7 @@ from stores import (
     CheckpointError,
     PendingInterrupt,
     RunExists,
+    SerializationError,
     Store,
     WriteConflict,
     conversation_of,
@@ -44,7 +47,7 @@ from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
 from ._result import RunResult
 from ._runlog import SHARED, RunLog
 
-__all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan"]
+__all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
 
 _log = tether_logger()
 
@@ -151,6 +154,9 @@ class Level:
         # The newest conversation and turn, for the failed marker if an exception escapes a step.
         self._transcript = Transcript()
         self._turn = 0
+        # The messages of the newest row stored for this conversation: what a failed marker carries
+        # when the conversation since then is refused by the store (the JSON rule, max_row_bytes).
+        self._good: list[dict[str, Any]] = []
 
     # -- what each kind of level does -------------------------------------------------------------
 
@@ -203,7 +209,7 @@ class Level:
             },
             parent=base.checkpoint_id,
         )
-        await self.rows.append(origin)
+        await self._append(origin)
         return self._reenter_fork(origin)
 
     async def resume(self, resume: Resume | None) -> Next:
@@ -275,7 +281,8 @@ class Level:
                 )
             self.rows.start_at(newest.seq + 1)
             snapshot = newest.state_snapshot
-            self._transcript = Transcript.from_dicts(snapshot.get("messages", []))
+            self._good = list(snapshot.get("messages", []))
+            self._transcript = Transcript.from_dicts(self._good)
             self._turn = newest.step_index
             try:
                 return await self._end(FAILED, error=f"cancelled: {reason}", reason=reason)
@@ -337,14 +344,22 @@ class Level:
         if output is not None:
             extra["output"] = output
         if error is not None:
-            extra["run_error"] = error
+            error = extra["run_error"] = storable_text(error)
         if reason is not None:
-            extra["run_reason"] = reason
+            extra["run_reason"] = storable_text(reason)
         row = self._row(
             node_id=RUN_END, step_type=RUN_END, turn=self._turn + 1, transcript=self._transcript, extra=extra
         )
         row.status = status
-        await self.rows.end(row)
+        try:
+            await self.rows.end(row)
+        except SerializationError:
+            if status != FAILED:
+                raise  # the caller ends the run failed instead
+            # The conversation since the newest stored row is what the store refused: the marker
+            # carries the conversation up to that row, so the run always ends (never stuck).
+            kept = {**row.state_snapshot, "messages": self._good}
+            await self.rows.end(msgspec.structs.replace(row, state_snapshot=kept))
         if status == FAILED:
             if reason is None:  # a failure, not a cancel: the developer hears of it
                 _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
@@ -378,9 +393,24 @@ class Level:
             parent=parent,
         )
 
+    async def _append(self, row: Checkpoint) -> None:
+        """Append a row of this conversation and remember its messages as the last stored ones."""
+        await self.rows.append(row)
+        self._good = row.state_snapshot["messages"]
+
     def _check_tool(self, step: Checkpoint) -> None:
         """Refuse, before writing, a resume whose tool the agent at the step's path lacks
         (``ToolNotFound``)."""
         name = step.state_snapshot.get("tool_name")
         if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
             self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the JSON rule keeps it: a NUL or a lone surrogate (an exception's message may hold
+    one) written as its escape, so a marker's error can always be stored."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

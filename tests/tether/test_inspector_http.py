@@ -80,3 +80,12 @@ def test_refusals_of_the_inspector(served: tuple[str, Path]) -> None:
         assert client.get("/runs/waits/diff?a=zero&b=1").status_code == 400
         assert client.get("/runs?status=finished").status_code == 400
         assert client.get("/runs?status=paused").status_code == 200
+        assert client.get("/runs?limit=0").status_code == 400
+        one = client.get("/runs?limit=1").text
+        assert one.count('class="run"') == 1 and 'href="/runs?limit=2"' in one
+        assert 'id="more"' not in client.get("/runs?limit=5").text
+        assert client.get("/pending?after=waits").status_code == 400
+        later = client.get("/pending", params={"after": "waits", "at": "2999-01-01T00:00:00+00:00"})
+        assert later.status_code == 200 and 'data-id="waits"' in later.text
+        earlier = client.get("/pending", params={"after": "waits", "at": "2000-01-01T00:00:00+00:00"})
+        assert earlier.status_code == 200 and 'data-id="waits"' not in earlier.text

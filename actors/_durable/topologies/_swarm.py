@@ -230,7 +230,7 @@ class SwarmLevel(Level):
             agent_path=self.path,
             node_input={"from": source, "to": outcome.to, "reason": outcome.reason},
         )
-        await self.rows.append(row)
+        await self._append(row)
         self._active = outcome.to
         return self._member(outcome.to, None)
 
