@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import msgspec
 
 from stores import (
+    FORK_ORIGIN,
     HITL_PAUSE,
     LLM_CALL,
     TOOL_CALL,
@@ -42,10 +43,12 @@ from stores import (
 
 from ..models import Message, ToolCall
 from ..models._intake import take_in
+from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import bind_run
 from ._errors import MaxTurnsExceeded
+from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
 from ._level import Delegation, Level, Next, PausedSignal, Plan
 from ._messages import (
@@ -107,6 +110,8 @@ class RunEngine(Level):
         self._rerun_row: Checkpoint | None = None
         self._below: Plan | None = None
         self._waiting: tuple[ToolCall, int, int, bool] | None = None
+        # The attempt of the next model call (above 1 when re-entry issues a call again).
+        self._attempt = 1
 
     async def begin(self, messages: Sequence[Message]) -> Next:
         self._transcript, self._turn = Transcript(messages), 0
@@ -147,14 +152,17 @@ class RunEngine(Level):
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-        await self._append(
-            self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
+        row = self._row(
+            node_id=f"turn:{turn}",
+            step_type=LLM_CALL,
+            turn=turn,
+            transcript=transcript,
+            node_input=self._reissue(),
         )
-        reply = take_in(
-            await self.agent.model.complete(transcript.messages, self._schemas),
-            transcript,
-            model=self.agent.model,
-        )
+        await self._append(row)
+        with text_sink(self.rows.log.text_sink(row)):
+            answer = await self.agent.model.complete(transcript.messages, self._schemas)
+        reply = take_in(answer, transcript, model=self.agent.model)
         transcript.append(reply.to_message())
         if not reply.tool_calls:
             return Answered(reply.text)
@@ -278,6 +286,8 @@ class RunEngine(Level):
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
+            if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
+                self._attempt = attempt_of(step) + 1  # the model call is issued again
             return TakeTurn(turn)
         calls, index = _call_of(transcript, step)
         self._calls = calls
@@ -318,6 +328,11 @@ class RunEngine(Level):
             parent_checkpoint_id=None,
         )
         return self._reenter(step, None, after_pause=False)
+
+    def _reissue(self) -> dict[str, Any] | None:
+        """The ``node_input`` of the next model call's row: its attempt when it is a re-issue."""
+        attempt, self._attempt = self._attempt, 1
+        return {ATTEMPT_KEY: attempt} if attempt > 1 else None
 
 
 def _tool_message(call: ToolCall, content: str) -> Message:

@@ -40,6 +40,7 @@ from ._runlog import RunLog, StepLog
 from .topologies import drive
 
 if TYPE_CHECKING:
+    from ._follow import EventHub
     from .topologies import Runner
 
 __all__ = ["RunActor"]
@@ -53,12 +54,20 @@ class RunActor(Actor):
     """The supervised actor of one run. Never restarted automatically (rule 12 of
     ``docs/durability.md``): recovery is explicit."""
 
-    def __init__(self, *, store: Store, runner: Runner, execution_id: str, live: dict[str, RunActor]) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        runner: Runner,
+        execution_id: str,
+        live: dict[str, RunActor],
+        hub: EventHub | None = None,
+    ) -> None:
         self.store = store
         self._live = live
         self.runner = runner
         self.execution_id = execution_id
-        self._log = StepLog(execution_id=execution_id, runner=runner.name)
+        self._log = StepLog(hub=hub, execution_id=execution_id, runner=runner.name)
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
         self._deferred: deque[Request] = deque()
