@@ -46,7 +46,7 @@ from ..models._intake import take_in
 from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
-from ._context import bind_run
+from ._context import bind_run, check_owner
 from ._errors import MaxTurnsExceeded
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
@@ -249,6 +249,7 @@ class RunEngine(Level):
             return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
+        check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
         try:
             with bind_run(
                 self.execution_id,

@@ -31,6 +31,7 @@ from stores import (
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
+    OwnershipLost,
     PendingInterrupt,
     RunExists,
     SerializationError,
@@ -302,7 +303,7 @@ class Level:
             return await self._step(step)
         except PausedSignal as paused:
             return Paused(paused.pending)
-        except (AlreadyResumed, RunExists):
+        except (AlreadyResumed, RunExists, OwnershipLost):
             raise
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
@@ -313,7 +314,7 @@ class Level:
             return await self._delivered(outcome)
         except PausedSignal as paused:
             return Paused(paused.pending)
-        except (AlreadyResumed, RunExists):
+        except (AlreadyResumed, RunExists, OwnershipLost):
             raise
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
@@ -326,7 +327,7 @@ class Level:
             case Answered(output=output):
                 try:
                     return await self._end(COMPLETED, output=output)
-                except (AlreadyResumed, RunExists):
+                except (AlreadyResumed, RunExists, OwnershipLost):
                     raise
                 except Exception as error:
                     return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
