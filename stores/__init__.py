@@ -21,6 +21,7 @@ from ._errors import (
     InvalidExecutionId,
     InvalidPath,
     InvalidStoreURL,
+    OwnershipLost,
     RowTooLarge,
     RunExists,
     RunNotFound,
@@ -31,6 +32,7 @@ from ._errors import (
     StoreUnavailable,
     TetherError,
     WriteConflict,
+    check_execution_id,
 )
 from ._heads import ROW_STATES, RunHead, row_state
 from ._json import MAX_DEPTH as MAX_JSON_DEPTH
@@ -77,6 +79,7 @@ from ._paths import (
 )
 from ._protocol import ReplicatedStore, Store
 from ._url import open_store
+from ._watch import RowWatch
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -113,11 +116,13 @@ __all__ = [
     "InvalidPath",
     "InvalidStoreURL",
     "NodeId",
+    "OwnershipLost",
     "PendingInterrupt",
     "PostgresStore",
     "ReEntry",
     "ReplicatedStore",
     "RowTooLarge",
+    "RowWatch",
     "RunExists",
     "RunHead",
     "RunNotFound",
@@ -131,6 +136,7 @@ __all__ = [
     "TetherError",
     "WriteConflict",
     "canonical_json",
+    "check_execution_id",
     "child_path",
     "conversation_of",
     "decode_json",

@@ -20,6 +20,8 @@ from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
 from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
+from ._owners import OwnedStore, Ownership
+from ._watch import RowWatch
 
 __all__ = [
     "INTENT_PREFIX",
@@ -28,6 +30,7 @@ __all__ = [
     "LogMoved",
     "Plan",
     "StoreState",
+    "check_history_range",
     "check_page",
     "intent_key",
 ]
@@ -66,6 +69,18 @@ def check_page(execution_id: str | None, limit: int | None, after: PendingInterr
         )
 
 
+def check_history_range(since: int, limit: int | None) -> None:
+    """Refuse a ``history()`` range of the wrong type (``TypeError``) or value (``ValueError``)."""
+    if type(since) is not int:
+        raise TypeError(f"history(since=...) takes an int seq, not {type(since).__name__}")
+    if since < 0:
+        raise ValueError(f"history(since=...) must be at least 0, not {since}")
+    if limit is not None and (type(limit) is not int or limit < 1):
+        if type(limit) is not int:
+            raise TypeError(f"history(limit=...) takes a positive int or None, not {type(limit).__name__}")
+        raise ValueError(f"history(limit=...) must be at least 1, not {limit}")
+
+
 class StoreState(enum.Enum):
     """Where a store is in its life: not yet set up, usable, or closed for good."""
 
@@ -78,16 +93,18 @@ class LogMoved(Exception):
     """The message log in the database is not what the plan assumed; the write is planned again."""
 
 
-class BaseStore:
+class BaseStore(OwnedStore):
     """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
 
-    Hooks a backend overrides: :meth:`setup`, :meth:`close`, and :meth:`_recall` (load a
-    continuing run's log before planning, when the backend does that).
+    Hooks a backend overrides: :meth:`setup`, :meth:`close`, :meth:`_recall` (load a
+    continuing run's log before planning, when the backend does that), and the ownership hooks of
+    :class:`~stores._owners.OwnedStore`.
     """
 
     def __init__(self, *, max_row_bytes: int) -> None:
         self._logs = MessageLogs(max_row_bytes=max_row_bytes)
         self._state = StoreState.NEW
+        self._own = Ownership(self)
 
     async def setup(self) -> None:
         raise NotImplementedError
@@ -102,6 +119,11 @@ class BaseStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    def watch(self, execution_id: str) -> RowWatch:
+        """A :class:`~stores._watch.RowWatch` on the run: its waits end when a row may have been
+        written, here by polling (a backend that hears of new rows overrides this)."""
+        return RowWatch(execution_id)
+
     def _refuse_closed(self) -> None:
         """Raise ``StoreUnavailable`` if the store is closed."""
         if self._state is StoreState.CLOSED:
@@ -112,6 +134,7 @@ class BaseStore:
         whether this call recorded the intent now (``False``: an intent without a result was already
         there, so an earlier attempt may have had its effect). One round trip."""
         self._refuse_closed()
+        self._own.check(execution_id)
         marker = intent_key(key)
         body = encode_cache_value(execution_id, marker, _INTENT_VALUE)
         found, recorded = await self._cache_intend(execution_id, key, marker, body, utcnow())
@@ -137,6 +160,7 @@ class BaseStore:
         other failure also drops the memory (a failed write may have left it ahead of the database).
         """
         eid = row.execution_id
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         try:
             for _ in range(REPLAN_BUDGET):
                 if plan is None:

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from ._errors import ModelError
+from ._stream import emit_text
 from ._types import Message, ModelReply
 
 __all__ = ["FunctionModel"]
 
-ModelFn = Callable[[list[Message]], "str | ModelReply | Awaitable[str | ModelReply]"]
+Chunks = Iterator["str | ModelReply"] | AsyncIterator["str | ModelReply"]
+ModelFn = Callable[[list[Message]], "str | ModelReply | Chunks | Awaitable[str | ModelReply]"]
 
 
 class FunctionModel:
     """A model whose every turn is ``fn(messages)``, sync or async.
 
     ``fn`` returns a ``str`` (the final answer) or a :class:`ModelReply` (e.g. with tool calls). It
-    gets its own copy of the message list, so it cannot change the run's conversation. Tests and
-    examples use it to script a conversation with no network; an exception ``fn`` raises is the
-    model failing (the run fails and can be resumed).
+    may also be a generator, sync or async, that yields the answer in pieces, as a streaming model
+    does: each ``str`` is a piece of text (handed to the bound text sink as it comes), a yielded
+    ``ModelReply`` adds its text and its tool calls. ``fn`` gets its own copy of the message list,
+    so it cannot change the run's conversation. Tests and examples use it to script a conversation
+    with no network; an exception ``fn`` raises is the model failing (the run fails and can be
+    resumed).
     """
 
     def __init__(self, fn: ModelFn, *, name: str | None = None) -> None:
@@ -38,9 +43,46 @@ class FunctionModel:
             return ModelReply(text=result)
         if isinstance(result, ModelReply):
             return result
+        if inspect.isgenerator(result):
+            return self._joined(list(_pieces(result)))
+        if inspect.isasyncgen(result):
+            return self._joined([piece async for piece in _async_pieces(result)])
         raise ModelError(
             f"FunctionModel {self.name!r} returned a {type(result).__name__}; return a str or a ModelReply"
         )
 
+    def _joined(self, pieces: list[Any]) -> ModelReply:
+        texts: list[str] = []
+        calls = []
+        for piece in pieces:
+            if isinstance(piece, ModelReply):
+                texts.append(piece.text)
+                calls.extend(piece.tool_calls)
+            else:
+                texts.append(piece)
+        return ModelReply(text="".join(texts), tool_calls=calls)
+
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"
+
+
+def _check(piece: object) -> str | ModelReply:
+    if isinstance(piece, str):
+        emit_text(piece, 1)
+        return piece
+    if isinstance(piece, ModelReply):
+        emit_text(piece.text, 1)
+        return piece
+    raise ModelError(
+        f"a FunctionModel generator yielded a {type(piece).__name__}; yield a str or a ModelReply"
+    )
+
+
+def _pieces(chunks: Iterator[Any]) -> Iterator[str | ModelReply]:
+    for piece in chunks:
+        yield _check(piece)
+
+
+async def _async_pieces(chunks: AsyncIterator[Any]) -> AsyncIterator[str | ModelReply]:
+    async for piece in chunks:
+        yield _check(piece)

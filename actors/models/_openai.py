@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -18,13 +18,15 @@ import httpx
 
 from ._errors import ModelError
 from ._retry import MAX_SERVER_WAIT, backoff_delay, server_wait, should_retry
+from ._stream import Assembly, server_events
 from ._types import Message, ModelReply
-from ._wire import read_completion, request_body
+from ._wire import read_completion, read_message, request_body
 
 __all__ = ["OpenAIChat"]
 
 #: Where ``base_url=None`` goes when ``OPENAI_BASE_URL`` is not set either.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_JSON = {"content-type": "application/json"}
 _NOT_RETRIED = (
     "; a read timeout is not retried unless retry_read_timeouts=True (the server may still be generating)"
 )
@@ -48,8 +50,9 @@ class OpenAIChat:
     ``length`` stop, unless ``accept_truncated`` (then the cut-off text is the answer and cut-off
     tool arguments are a tool error the model reads). ``default_headers`` and ``default_query`` go
     with every request (Azure's ``api-key`` and ``api-version``, OpenAI's ``OpenAI-Organization``);
-    ``extra`` is merged into every request body (e.g. ``{"temperature": 0}``). Call :meth:`aclose`
-    (or use ``async with``) when done.
+    ``extra`` is merged into every request body (e.g. ``{"temperature": 0}``). With ``stream=True``
+    the reply is read from server-sent events and its text handed on as it arrives
+    (:mod:`._stream`). Call :meth:`aclose` (or use ``async with``) when done.
     """
 
     def __init__(
@@ -125,13 +128,36 @@ class OpenAIChat:
         await self.aclose()
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> ModelReply:
-        """One chat-completions call: the conversation and the offered tools in, a reply out."""
-        body = request_body(self.model, messages, tools, self.extra)
-        data = await self._post("/chat/completions", body)
-        return read_completion(data, accept_truncated=self.accept_truncated)
+        """One chat-completions call: the conversation and the offered tools in, a reply out.
 
-    async def _post(self, path: str, body: bytes) -> Any:
-        """POST ``body``, retrying as :mod:`._retry` says within the deadline; the reply's JSON."""
+        With ``stream=True`` the reply is read from server-sent events as it is generated, and its
+        text goes to the bound text sink (:func:`~._stream.text_sink`) piece by piece; the reply is
+        the one the same answer gives without streaming.
+        """
+        body = request_body(self.model, messages, tools, self.extra, stream=self.stream)
+        return await self._post("/chat/completions", body, self._read_stream if self.stream else self._read)
+
+    async def _read(self, response: httpx.Response, attempt: int) -> ModelReply:
+        await response.aread()
+        return read_completion(_json_of(response), accept_truncated=self.accept_truncated)
+
+    async def _read_stream(self, response: httpx.Response, attempt: int) -> ModelReply:
+        assembly = Assembly()
+        async for payload in server_events(response.aiter_lines()):
+            assembly.feed(payload, attempt)
+        if not assembly.done:
+            raise ModelError(
+                f"model server at {response.request.url} ended its stream before the answer was "
+                "finished (no finish_reason, no [DONE])"
+            )
+        return read_message(
+            assembly.message(), assembly.finish_reason, accept_truncated=self.accept_truncated
+        )
+
+    async def _post(
+        self, path: str, body: bytes, read: Callable[[httpx.Response, int], Awaitable[ModelReply]]
+    ) -> ModelReply:
+        """POST ``body`` and ``read`` the reply, retrying as :mod:`._retry` says within the deadline."""
         url = self.base_url + path
         started = anyio.current_time()
         deadline = math.inf if self.deadline is None else started + self.deadline
@@ -141,9 +167,11 @@ class OpenAIChat:
             wait: float | None = None
             try:
                 with anyio.fail_after(deadline - anyio.current_time() if self.deadline else None):
-                    response = await self._http().post(
-                        url, content=body, headers={"content-type": "application/json"}
-                    )
+                    request = self._http().stream("POST", url, content=body, headers=_JSON)
+                    async with request as response:
+                        if response.is_success:
+                            return await read(response, attempt)
+                        await response.aread()
             except TimeoutError:
                 raise ModelError(
                     f"model server at {url} timed out: the call's deadline of {self.deadline:g} s "
@@ -164,8 +192,6 @@ class OpenAIChat:
                         f"in all): {type(exc).__name__}: {exc or 'no detail'}"
                     ) from exc
             else:
-                if response.is_success:
-                    return _json_of(response, url)
                 if not should_retry(response) or attempt > self.max_retries:
                     raise _refused(response, url, attempt)
                 wait = server_wait(response.headers)
@@ -196,12 +222,12 @@ def _seconds(started: float) -> str:
     return f"{anyio.current_time() - started:.1f} s"
 
 
-def _json_of(response: httpx.Response, url: str) -> Any:
+def _json_of(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
         raise ModelError(
-            f"model server at {url} sent a reply that is not JSON",
+            f"model server at {response.request.url} sent a reply that is not JSON",
             status_code=response.status_code,
             body=response.text[:2000],
         ) from exc

@@ -21,7 +21,15 @@ from typing import Any, Final, TypeVar
 
 from .._errors import StoreCorrupt, StoreFull, StoreUnavailable, store_corrupt, store_full
 
-__all__ = ["SYNCHRONOUS", "DatabaseThread", "connect", "fault_of", "is_busy", "retry_busy"]
+__all__ = [
+    "SYNCHRONOUS",
+    "DatabaseThread",
+    "connect",
+    "fault_of",
+    "integrity_problems",
+    "is_busy",
+    "retry_busy",
+]
 
 T = TypeVar("T")
 
@@ -110,6 +118,32 @@ def connect(path: str, *, writer: bool, busy_timeout: float, synchronous: str) -
         conn.close()
         raise
     return conn
+
+
+def integrity_problems(path: str, max_errors: int) -> list[str]:
+    """What ``PRAGMA integrity_check`` finds wrong with the database at ``path`` (empty: nothing),
+    read through a read-only connection of its own (blocking: run it in a worker thread). A file that
+    is not there is ``StoreUnavailable``: a check creates nothing."""
+    if not os.path.exists(path):
+        raise StoreUnavailable(f"there is no SQLite database at {path!r}")
+    try:
+        conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+    try:
+        found = [str(r[0]) for r in conn.execute(f"PRAGMA integrity_check({int(max_errors)})")]
+    except sqlite3.DatabaseError as exc:  # too damaged to walk at all
+        return [f"{exc} ({getattr(exc, 'sqlite_errorname', type(exc).__name__)})"]
+    finally:
+        conn.close()
+    return [] if found == ["ok"] else found
+
+
+def _uri_path(path: str) -> str:
+    """``path`` quoted for a ``file:`` URI (``?`` and ``#`` would end the path)."""
+    from urllib.parse import quote
+
+    return quote(os.path.abspath(path))
 
 
 def _answer(future: asyncio.Future[Any], ok: bool, value: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import (
     bench,
     cancel,
+    check,
     decide,
     demo,
     diff,
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     fork.COMMAND,
     prune.COMMAND,
     migrate.COMMAND,
+    check.COMMAND,
     plane.COMMAND,
     inspect.COMMAND,
     bench.COMMAND,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
 import msgspec
@@ -23,7 +24,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from actors import ActorSystem, Agent, AlreadyResumed, Resume
-from stores import PendingInterrupt, TetherError
+from stores import PendingInterrupt, RunNotFound, StoreUnavailable, TetherError
 
 from .._store_url import opened_store
 from .._timeline import diff_rows, pick_rows, sync_states, timeline, when
@@ -35,6 +36,8 @@ __all__ = ["DRIVE_TIMEOUT", "PAGE", "build_app"]
 DRIVE_TIMEOUT: Final = 30.0
 #: Rows per page of the runs list and of the pending list.
 PAGE: Final = 100
+#: The most runs one page lists (``?limit=``).
+_MAX_LIMIT: Final = 2000
 #: Bound on a posted form (a decision is a few short fields).
 _MAX_FORM: Final = 16 * 1024
 
@@ -68,8 +71,21 @@ async def _runs(request: Request) -> Response:
     runner = request.query_params.get("runner") or None
     if status is not None and status not in _STATUSES:
         return _page(request, "message.html", 400, title="Unknown status", text=f"no status {status!r}")
-    found = await _state(request).system.runs(status=status, runner=runner, limit=PAGE)
-    return _page(request, "runs.html", runs=found, status=status, runner=runner or "", statuses=_STATUSES)
+    limit = request.query_params.get("limit", str(PAGE))
+    if not limit.isdigit() or not 1 <= int(limit) <= _MAX_LIMIT:
+        return _page(request, "message.html", 400, title="Bad limit", text=f"limit is 1 to {_MAX_LIMIT}")
+    found = await _state(request).system.runs(status=status, runner=runner, limit=int(limit))
+    more = None
+    if len(found) == int(limit) and int(limit) < _MAX_LIMIT:
+        query = {
+            "limit": str(min(_MAX_LIMIT, 2 * int(limit))),
+            "status": status or "",
+            "runner": runner or "",
+        }
+        more = "/runs?" + urlencode({k: v for k, v in query.items() if v})
+    return _page(
+        request, "runs.html", runs=found, status=status, runner=runner or "", statuses=_STATUSES, more=more
+    )
 
 
 async def _run(request: Request) -> Response:
@@ -95,8 +111,24 @@ async def _diff(request: Request) -> Response:
 
 
 async def _pending(request: Request) -> Response:
-    found: list[PendingInterrupt] = await _state(request).system.pending(limit=PAGE)
-    return _page(request, "pending.html", pending=found)
+    """A page of the pending approvals; ``?after=ID&at=TIME`` continues after the last entry of
+    the previous page, by position (so paging holds when that run was decided meanwhile)."""
+    after = None
+    if "after" in request.query_params:
+        try:
+            at = datetime.fromisoformat(request.query_params["at"])
+        except (KeyError, ValueError):
+            return _page(
+                request, "message.html", 400, title="Bad page", text="a next page takes after= and at="
+            )
+        after = PendingInterrupt(execution_id=request.query_params["after"], reason="", created_at=at)
+    found: list[PendingInterrupt] = await _state(request).system.pending(limit=PAGE, after=after)
+    more = None
+    if len(found) == PAGE:
+        more = "/pending?" + urlencode(
+            {"after": found[-1].execution_id, "at": found[-1].created_at.isoformat()}
+        )
+    return _page(request, "pending.html", pending=found, more=more)
 
 
 async def _decide(request: Request) -> Response:
@@ -105,9 +137,13 @@ async def _decide(request: Request) -> Response:
     if request.path_params["decision"] not in ("approve", "reject"):
         return _page(request, "message.html", 404, title="Not found", text="a run takes approve or reject")
     approved = request.path_params["decision"] == "approve"
-    body = await request.body()
-    form = parse_qs(body[:_MAX_FORM].decode("utf-8", "replace"))
-    if len(body) > _MAX_FORM or not csrf_ok(state.csrf, form):
+    body = b""
+    async for chunk in request.stream():  # read at most _MAX_FORM (+ one chunk), never more
+        body += chunk
+        if len(body) > _MAX_FORM:
+            break
+    form = parse_qs(body.decode("utf-8", "replace")) if len(body) <= _MAX_FORM else {}
+    if not csrf_ok(state.csrf, form):
         return _page(
             request, "message.html", 403, title="Refused", text="refused: CSRF token missing or wrong"
         )
@@ -123,8 +159,10 @@ async def _decide(request: Request) -> Response:
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
-    """A refusal of the library (unknown run, missing runner...) as a page naming it."""
-    return _page(request, "message.html", 409, title=type(exc).__name__, text=f"{type(exc).__name__}: {exc}")
+    """A refusal of the library as a page naming it: 404 for an unknown run or row, 503 when the
+    store cannot be reached, else 409 (a missing runner, a finished run)."""
+    code = 404 if isinstance(exc, RunNotFound) else 503 if isinstance(exc, StoreUnavailable) else 409
+    return _page(request, "message.html", code, title=type(exc).__name__, text=f"{type(exc).__name__}: {exc}")
 
 
 async def _home(request: Request) -> Response:

@@ -24,9 +24,12 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     #: Server-sent events: each item is one ``data:`` payload (a dict as JSON, or a raw string such
-    #: as ``[DONE]``), written and flushed on its own after ``chunk_delay`` seconds.
+    #: as ``[DONE]``; a string starting with ``:`` is a comment line), written and flushed on its own
+    #: after ``chunk_delay`` seconds, in a chunked body.
     chunks: list[dict[str, Any] | str] | None = None
     chunk_delay: float = 0.0
+    #: Drop the connection before chunk number ``cut_after`` (no end of the chunked body).
+    cut_after: int | None = None
 
 
 @dataclass
@@ -98,17 +101,24 @@ class ChatServer:
                 self.send_response(reply.status)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
+                self.send_header("transfer-encoding", "chunked")
                 for key, value in reply.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                for chunk in reply.chunks or []:
+                for n, chunk in enumerate(reply.chunks or []):
                     if reply.chunk_delay and server.release.wait(reply.chunk_delay):
                         return
-                    payload = json.dumps(chunk) if isinstance(chunk, dict) else chunk
-                    self.wfile.write(f"data: {payload}\n\n".encode())
+                    if n == reply.cut_after:  # the connection drops mid-stream
+                        self.close_connection = True
+                        return
+                    if isinstance(chunk, str) and chunk.startswith(":"):
+                        data = f"{chunk}\n\n".encode()  # a comment (a keep-alive)
+                    else:
+                        payload = json.dumps(chunk) if isinstance(chunk, dict) else chunk
+                        data = f"data: {payload}\n\n".encode()
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
-                self.close_connection = True
+                self.wfile.write(b"0\r\n\r\n")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
