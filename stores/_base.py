@@ -20,6 +20,7 @@ from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
 from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
+from ._owners import OwnedStore, Ownership
 
 __all__ = [
     "INTENT_PREFIX",
@@ -78,16 +79,18 @@ class LogMoved(Exception):
     """The message log in the database is not what the plan assumed; the write is planned again."""
 
 
-class BaseStore:
+class BaseStore(OwnedStore):
     """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
 
-    Hooks a backend overrides: :meth:`setup`, :meth:`close`, and :meth:`_recall` (load a
-    continuing run's log before planning, when the backend does that).
+    Hooks a backend overrides: :meth:`setup`, :meth:`close`, :meth:`_recall` (load a
+    continuing run's log before planning, when the backend does that), and the ownership hooks of
+    :class:`~stores._owners.OwnedStore`.
     """
 
     def __init__(self, *, max_row_bytes: int) -> None:
         self._logs = MessageLogs(max_row_bytes=max_row_bytes)
         self._state = StoreState.NEW
+        self._own = Ownership(self)
 
     async def setup(self) -> None:
         raise NotImplementedError
@@ -112,6 +115,7 @@ class BaseStore:
         whether this call recorded the intent now (``False``: an intent without a result was already
         there, so an earlier attempt may have had its effect). One round trip."""
         self._refuse_closed()
+        self._own.check(execution_id)
         marker = intent_key(key)
         body = encode_cache_value(execution_id, marker, _INTENT_VALUE)
         found, recorded = await self._cache_intend(execution_id, key, marker, body, utcnow())
@@ -137,6 +141,7 @@ class BaseStore:
         other failure also drops the memory (a failed write may have left it ahead of the database).
         """
         eid = row.execution_id
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         try:
             for _ in range(REPLAN_BUDGET):
                 if plan is None:

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidExecutionId",
     "InvalidPath",
     "InvalidStoreURL",
+    "OwnershipLost",
     "RowTooLarge",
     "RunExists",
     "RunNotFound",
@@ -75,6 +76,11 @@ class StoreError(TetherError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached or opened (bad DSN, refused connection, not a database file)."""
+
+
+class OwnershipLost(StoreUnavailable):
+    """This process lost its liveness lock (its lock connection was closed or terminated, its lock
+    file replaced or removed): the runs it owned are abandoned, and it writes nothing more for them."""
 
 
 class StoreFull(StoreUnavailable):

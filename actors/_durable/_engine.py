@@ -45,6 +45,7 @@ from stores import (
     Checkpoint,
     PendingInterrupt,
     RunExists,
+    SerializationError,
     WriteConflict,
 )
 
@@ -107,6 +108,9 @@ class RunEngine:
         # The newest conversation and turn, for the failed marker if an exception escapes a step.
         self._transcript = Transcript()
         self._turn = 0
+        # The messages of the newest row stored for this conversation: what a failed marker carries
+        # when the conversation since then is refused by the store (the JSON rule, max_row_bytes).
+        self._good: list[dict[str, Any]] = []
         # The tool calls of the newest reply, and the row a re-entry re-runs.
         self._calls: list[ToolCall] = []
         self._rerun_row: Checkpoint | None = None
@@ -144,7 +148,7 @@ class RunEngine:
             },
             parent=base.checkpoint_id,
         )
-        await self.rows.append(origin)
+        await self._append(origin)
         return self._reenter_fork(origin)
 
     async def resume(self, resume: Resume | None) -> Step:
@@ -202,7 +206,8 @@ class RunEngine:
                 )
             self.rows.start_at(newest.seq + 1)
             snapshot = newest.state_snapshot
-            self._transcript = Transcript.from_dicts(snapshot.get("messages", []))
+            self._good = list(snapshot.get("messages", []))
+            self._transcript = Transcript.from_dicts(self._good)
             self._turn = newest.step_index
             try:
                 return await self._end(FAILED, error=f"cancelled: {reason}", reason=reason)
@@ -258,7 +263,7 @@ class RunEngine:
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-        await self.rows.append(
+        await self._append(
             self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
         )
         reply = take_in(
@@ -288,7 +293,7 @@ class RunEngine:
             node_input=call.arguments,
             tool=call.name,
         )
-        await self.rows.append(row)
+        await self._append(row)
         transcript.append(await self._call_tool(row, call, None))
         return RunTool(turn, index + 1)
 
@@ -333,7 +338,8 @@ class RunEngine:
         After a pause, the sibling calls the pause left behind are answered with the note and not
         run (rule 6); after a crash, the siblings that had not started run as the loop would have.
         """
-        transcript = Transcript.from_dicts(step.state_snapshot.get("messages", []))
+        self._good = list(step.state_snapshot.get("messages", []))
+        transcript = Transcript.from_dicts(self._good)
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
@@ -385,14 +391,22 @@ class RunEngine:
         if output is not None:
             extra["output"] = output
         if error is not None:
-            extra["run_error"] = error
+            error = extra["run_error"] = storable_text(error)
         if reason is not None:
-            extra["run_reason"] = reason
+            extra["run_reason"] = storable_text(reason)
         row = self._row(
             node_id=RUN_END, step_type=RUN_END, turn=self._turn + 1, transcript=self._transcript, extra=extra
         )
         row.status = status
-        await self.rows.end(row)
+        try:
+            await self.rows.end(row)
+        except SerializationError:
+            if status != FAILED:
+                raise  # the caller ends the run failed instead
+            # The conversation since the newest stored row is what the store refused: the marker
+            # carries the conversation up to that row, so the run always ends (never stuck).
+            kept = {**row.state_snapshot, "messages": self._good}
+            await self.rows.end(msgspec.structs.replace(row, state_snapshot=kept))
         if status == FAILED:
             if reason is None:  # a failure, not a cancel: the developer hears of it
                 _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
@@ -426,11 +440,26 @@ class RunEngine:
             parent=parent,
         )
 
+    async def _append(self, row: Checkpoint) -> None:
+        """Append a row of this conversation and remember its messages as the last stored ones."""
+        await self.rows.append(row)
+        self._good = row.state_snapshot["messages"]
+
     def _check_tool(self, step: Checkpoint) -> None:
         """Refuse, before writing, a resume whose tool this runner lacks (``ToolNotFound``)."""
         name = step.state_snapshot.get("tool_name")
         if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
             self.agent.tool(name, execution_id=self.execution_id)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the JSON rule keeps it: a NUL or a lone surrogate (an exception's message may hold
+    one) written as its escape, so a marker's error can always be stored."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _tool_message(call: ToolCall, content: str) -> Message:

@@ -1,10 +1,17 @@
-"""Taking a model's reply into a run: every tool call gets an id no other call of the run has.
+"""Taking a model's reply into a run: checked as the store will keep it, each call's id unique.
 
 Some servers repeat ids within one reply (``call_0`` twice) or across turns; others send none. A run
 must never tell two calls apart by an id a model chose, so a reply is taken in through
 :func:`take_in` (for every model, :class:`~._function.FunctionModel` included) before it is written:
 the first use of an id keeps it, a repeat or a missing id gets a fresh one. The tool messages then
 answer the ids the run stored, and the next request carries one answer per call.
+
+The reply is also checked before any row holds it, so that a run behaves the same whether or not
+its process crashes right after the next row: a call whose arguments are not a JSON object becomes
+a call the model reads a tool error for (``arguments_error``), as a recovering process would read
+it; a reply the JSON rule refuses (NaN in arguments, a NUL or a lone surrogate in the text) is a
+:class:`ModelError` naming the place, and the run fails with its marker instead of writing a row
+that can never be written.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import string
 from collections.abc import Iterable
 
 import msgspec
+
+from stores import SerializationError, decode_json, encode_json
 
 from .._core._log import tether_logger
 from ._errors import ModelError
@@ -36,6 +45,7 @@ def take_in(reply: object, earlier: Iterable[Message], *, model: object = None) 
     """
     if not isinstance(reply, ModelReply):
         raise ModelError(f"model {model!r} returned a {type(reply).__name__}, not a ModelReply")
+    reply = _checked(reply, model)
     if not reply.tool_calls:
         return reply
     seen = {call.id for message in earlier for call in message.tool_calls}
@@ -53,6 +63,34 @@ def take_in(reply: object, earlier: Iterable[Message], *, model: object = None) 
         return reply
     _log.info("tool-call ids made unique", model=repr(model), ids=", ".join(changed))
     return msgspec.structs.replace(reply, tool_calls=calls)
+
+
+def _checked(reply: ModelReply, model: object) -> ModelReply:
+    """``reply`` with calls whose arguments are not an object marked as such, or :class:`ModelError`
+    when the JSON rule or the stored message form refuses it (named by its path in the message)."""
+    if any(not isinstance(call.arguments, dict) for call in reply.tool_calls):
+        reply = msgspec.structs.replace(reply, tool_calls=[_object_arguments(c) for c in reply.tool_calls])
+    try:
+        Message.from_dict(decode_json(encode_json(reply.to_message().to_dict())))
+    except SerializationError as exc:
+        raise ModelError(f"model {model!r} returned a reply the run cannot store: {exc}") from None
+    except (msgspec.ValidationError, TypeError, ValueError) as exc:
+        raise ModelError(f"model {model!r} returned a malformed reply: {exc}") from None
+    return reply
+
+
+def _object_arguments(call: ToolCall) -> ToolCall:
+    """``call`` itself, or, when its arguments are not a JSON object, the call with none and the
+    error the model reads instead of the tool's result."""
+    if isinstance(call.arguments, dict):
+        return call
+    error = f"the arguments must be a JSON object, not a {_json_kind(call.arguments)}"
+    return msgspec.structs.replace(call, arguments={}, arguments_error=error)
+
+
+def _json_kind(value: object) -> str:
+    kinds = {list: "list", tuple: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
 def _fresh_id(old: str, seen: set[str]) -> str:

@@ -23,6 +23,7 @@ from .._base import Plan
 from .._codec import MessageLogs
 from .._errors import StoreUnavailable
 from .._model import Checkpoint
+from .._owners import Ownership
 from ._rows import args, usable
 from ._sql import COLUMN_COUNT
 
@@ -64,6 +65,7 @@ class GroupAppends:
     """The append half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
 
     _logs: MessageLogs
+    _own: Ownership
     _pool: asyncpg.Pool | None
     _sql: dict[str, str]
     _connect_timeout: float
@@ -90,6 +92,7 @@ class GroupAppends:
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
+        self._own.check(row.execution_id)  # a run abandoned with a lost lock writes nothing more
         item = Queued(row, self._logs.plan(row))
         try:
             pool = await self._ready()

@@ -95,6 +95,9 @@ async def connect_lock_connection(dsn: str, *, timeout: float, keepalive_idle: i
                     "tcp_keepalives_idle": idle,
                     "tcp_keepalives_interval": "1",
                     "tcp_keepalives_count": idle,
+                    # A live owner must not lose its lock to an idle timeout.
+                    "idle_session_timeout": "0",
+                    "idle_in_transaction_session_timeout": "0",
                 },
             )
     except CONNECT_ERRORS as exc:

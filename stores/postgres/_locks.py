@@ -1,11 +1,19 @@
-"""Run ownership locks on PostgreSQL: session advisory locks, many runs per round trip.
+"""Run ownership on PostgreSQL: one session advisory lock per owner id, and the ``run_owners`` rows.
 
-All of a store's locks live on one dedicated connection, and one connection runs one statement at
-a time. Taking or releasing each lock in its own round trip would queue every run of the process
-behind one socket (two round trips per run). Here every request waiting while a round trip is in
-flight goes out in the next one: a single ``SELECT`` over two arrays that takes or releases each key
-in the order asked. A process with many runs starting and ending at once pays one round trip per
-batch, and a lone run still pays exactly one.
+The store's lock connection holds one advisory lock, keyed by its owner id salted with the schema,
+for as long as the owner id lives; owning a run is a ``run_owners`` row naming that id (and its key).
+Whether an owner is alive is read from ``pg_locks`` in the same statement that takes or lists runs:
+an owner id's lock is taken before any row names it and never taken again once freed, so a key
+missing from ``pg_locks`` means that owner died or lost its lock, for good. One process owning
+15,000 runs therefore holds one lock, not 15,000 (one session holding ~12,000 advisory locks
+exhausts the shared lock table, and then no new session can connect to the server at all).
+
+The lock connection runs with ``idle_session_timeout`` and ``idle_in_transaction_session_timeout``
+off (they would release a live owner's lock), TCP keepalives on, and a termination listener: when
+the server closes it (``pg_terminate_backend``, a restart, a failover, a network loss seen by the
+keepalives) the owner id is lost at once, which abandons its runs (:mod:`stores._owners`). It must
+reach PostgreSQL directly or through PgBouncer in session mode: transaction pooling cannot carry a
+session lock.
 """
 
 from __future__ import annotations
@@ -17,145 +25,142 @@ from typing import Final
 import anyio
 import asyncpg
 
-__all__ = ["AdvisoryLocks"]
+from .._errors import StoreUnavailable
+from .._owners import Ownership
+from ._connection import advisory_key
 
-#: Pauses between re-checks of a refused lock (seconds); ``None`` ends the attempts. A backend whose
-#: client was just killed drops its locks a few ms after the client is gone (measured: ~1 try in 30
-#: sees the lock for up to ~8 ms), so a refusal re-checks within a bounded ~75 ms before it says
-#: "held by a live owner".
-_LOCK_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
-_MAX_BATCH: Final = 1024
-# Each row's function runs as the scan reaches it, so the keys are taken and released in order.
-_BATCH_SQL: Final = (
-    "SELECT CASE WHEN t.take THEN pg_try_advisory_lock(t.k) ELSE pg_advisory_unlock(t.k) END "
-    "FROM unnest($1::bigint[], $2::boolean[]) AS t(k, take)"
+__all__ = ["OWNER_SQL", "LivenessLock", "owner_key"]
+
+# The advisory key of a 64-bit lock as pg_locks shows it: classid the high half, objid the low one.
+_HELD_KEYS: Final = (
+    "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 
+#: The ownership statements, with ``{s}`` for the quoted schema.
+OWNER_SQL: Final[dict[str, str]] = {
+    # Take the run unless a live owner other than us is recorded ($2/$3: our owner id and key).
+    "take": f"""
+INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since) VALUES ($1, $2, $3, now())
+ON CONFLICT (execution_id) DO UPDATE
+    SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
+    WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({_HELD_KEYS})
+RETURNING true""",
+    "release": "DELETE FROM {s}.run_owners WHERE execution_id = $1 AND owner = $2",
+    "queue": """
+WITH q AS (UPDATE {s}.run_owners SET owner = NULL, owner_key = NULL, since = now()
+           WHERE execution_id = $1 AND owner = $2 RETURNING execution_id)
+SELECT pg_notify($3, q.execution_id) FROM q""",
+    # Queued runs, and runs whose owner's lock is free; the owners are few (one per process), the
+    # runs found through the owner index.
+    "orphans": f"""
+WITH dead AS (
+    SELECT DISTINCT owner_key FROM {{s}}.run_owners WHERE owner_key IS NOT NULL
+    EXCEPT {_HELD_KEYS}
+)
+SELECT execution_id FROM (
+    (SELECT execution_id, since FROM {{s}}.run_owners WHERE owner IS NULL ORDER BY since LIMIT $1)
+    UNION ALL
+    (SELECT execution_id, since FROM {{s}}.run_owners WHERE owner_key IN (SELECT owner_key FROM dead)
+     ORDER BY since LIMIT $1)
+) found ORDER BY since LIMIT $1""",
+    "owned": f"""
+SELECT execution_id FROM {{s}}.run_owners
+WHERE execution_id = ANY($1::text[]) AND owner_key IN ({_HELD_KEYS})""",
+    "owner_pid": """
+SELECT l.pid FROM {s}.run_owners o JOIN pg_locks l
+  ON l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+ AND (l.classid::bigint << 32) | l.objid::bigint = o.owner_key
+WHERE o.execution_id = $1""",
+}
 
-class _Op:
-    """One take or release waiting for its batch."""
 
-    __slots__ = ("abandoned", "done", "error", "key", "ok", "take")
-
-    def __init__(self, key: int, take: bool) -> None:
-        self.key = key
-        self.take = take
-        self.ok = False
-        self.error: Exception | None = None
-        self.abandoned = False  # its caller was cancelled: a lock it took is released at once
-        self.done = anyio.Event()
+def owner_key(schema: str, owner: str) -> int:
+    """The non-negative 63-bit advisory key of an owner id, salted with the schema."""
+    return advisory_key(schema, "\x00owner:" + owner) & 0x7FFF_FFFF_FFFF_FFFF
 
 
-class AdvisoryLocks:
-    """Session advisory locks on the connection that ``connect`` returns, batched.
+class LivenessLock:
+    """The one advisory lock of a store's current owner id, on its dedicated lock connection.
 
-    ``held`` maps each run this store owns to its key; ``round_trips`` counts the batches sent.
-    ``lost`` turns a lost connection (and a round trip over ``timeout``) into :class:`StoreUnavailable`.
+    ``connect`` opens the lock connection; ``lost`` maps a lost connection to ``StoreUnavailable``.
     """
 
     def __init__(
         self,
+        schema: str,
+        ownership: Ownership,
         connect: Callable[[], Awaitable[asyncpg.Connection]],
         lost: Callable[[], AbstractContextManager[None]],
         timeout: float,
     ) -> None:
+        self._schema = schema
+        self._own = ownership
         self._connect = connect
         self._lost = lost
         self._timeout = timeout
-        self.held: dict[str, int] = {}
-        self._taking: set[str] = set()
-        self._queue: list[_Op] = []
-        self._flushing = False
-        self.round_trips = 0
+        self._conn: asyncpg.Connection | None = None
+        self._owner: str | None = None  # the owner id whose lock self._conn holds
+        self._guard = anyio.Lock()
+        self.closing = False
 
-    async def try_lock(self, execution_id: str, key: int) -> bool:
-        """Take ``key`` for the run; ``False`` if this store or anyone else holds it."""
-        if execution_id in self.held or execution_id in self._taking:
-            return False  # session locks are re-entrant: refuse a second holder here
-        self._taking.add(execution_id)
-        try:
-            for pause in _LOCK_RECHECKS:
-                if await self._submit(_Op(key, take=True)):
-                    self.held[execution_id] = key
-                    return True
-                if pause is None:
-                    break
-                await anyio.sleep(pause)
-        finally:
-            self._taking.discard(execution_id)
-        return False
+    @property
+    def connection(self) -> asyncpg.Connection | None:
+        """The lock connection, if open."""
+        return self._conn
 
-    def forget(self, execution_id: str | None = None) -> None:
-        """Drop what is held (one run, or every run) without a round trip: its connection is gone."""
-        if execution_id is None:
-            self.held.clear()
-        else:
-            self.held.pop(execution_id, None)
+    async def hold(self) -> str:
+        """The current owner id, its lock held (connecting and locking on first use)."""
+        owner = self._own.owner
+        conn = self._conn
+        if owner == self._owner and conn is not None and not conn.is_closed():
+            return owner
+        async with self._guard:
+            owner = self._own.owner
+            if owner == self._owner and self._conn is not None and not self._conn.is_closed():
+                return owner
+            await self._drop()
+            conn = await self._connect()
+            try:
+                with self._lost():
+                    got = await conn.fetchval(
+                        "SELECT pg_try_advisory_lock($1)",
+                        owner_key(self._schema, owner),
+                        timeout=self._timeout,
+                    )
+            except BaseException:
+                conn.terminate()
+                raise
+            if not got:  # pragma: no cover - a 63-bit collision with a live owner
+                conn.terminate()
+                raise StoreUnavailable(f"the liveness lock of owner {owner!r} is held by another session")
+            self._conn, self._owner = conn, owner
+            conn.add_termination_listener(self._terminated)
+            return owner
 
-    async def unlock(self, execution_id: str) -> None:
-        """Release the run's lock if this store holds it (shielded: a release is never half done)."""
-        key = self.held.pop(execution_id, None)
-        if key is None:
+    def _terminated(self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy) -> None:
+        """The server closed the lock connection (or we did, on close): its owner id is lost."""
+        if conn is not self._conn or self.closing:
             return
-        with anyio.CancelScope(shield=True):
-            await self._submit(_Op(key, take=False))
+        owner, self._owner, self._conn = self._owner, None, None
+        if owner is not None:
+            self._own.lose(owner, "its PostgreSQL lock connection was closed")
 
-    async def _submit(self, op: _Op) -> bool:
-        """Queue ``op``, flush if no one is flushing, and wait for its own outcome."""
-        self._queue.append(op)
-        try:
-            if not self._flushing:
-                self._flushing = True
-                try:
-                    await self._flush()
-                finally:
-                    self._flushing = False
-            await op.done.wait()  # bounded: the flusher answers every op it takes within its timeout
-        except BaseException:
-            if self._abandon(op):
-                with anyio.CancelScope(shield=True):  # bounded by one round trip's timeout
-                    await self._submit(_Op(op.key, take=False))
-            raise
-        if op.error is not None:
-            raise op.error
-        return op.ok
+    async def _drop(self) -> None:
+        conn, self._conn, self._owner = self._conn, None, None
+        if conn is not None:
+            conn.remove_termination_listener(self._terminated)
+            conn.terminate()
 
-    def _abandon(self, op: _Op) -> bool:
-        """A cancelled caller: drop its queued op; ``True`` if it took a lock that must go back."""
-        if op in self._queue:
-            self._queue.remove(op)
-            return False
-        if op.done.is_set():
-            return op.take and op.ok
-        op.abandoned = True  # in flight: the flusher gives back a lock it takes
-        return False
-
-    async def _flush(self) -> None:
-        """Send queued ops in batches until the queue is empty (shielded: others wait on it)."""
-        with anyio.CancelScope(shield=True):
-            while self._queue:
-                batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
-                try:
-                    conn = await self._connect()
-                    self.round_trips += 1
-                    with self._lost():
-                        found = await conn.fetch(
-                            _BATCH_SQL,
-                            [op.key for op in batch],
-                            [op.take for op in batch],
-                            timeout=self._timeout,
-                        )
-                except Exception as exc:  # a lost connection or a timeout arrives as StoreUnavailable
-                    self._fail(batch, exc)
-                    continue
-                for op, record in zip(batch, found, strict=True):
-                    op.ok = bool(record[0])
-                    op.done.set()
-                    if op.abandoned and op.take and op.ok:
-                        self._queue.append(_Op(op.key, take=False))  # this loop sends it next
-
-    @staticmethod
-    def _fail(batch: list[_Op], error: Exception) -> None:
-        for op in batch:
-            op.error = error
-            op.done.set()
+    async def close(self) -> None:
+        """Close the lock connection (its lock goes with it); not a loss."""
+        self.closing = True
+        conn, self._conn, self._owner = self._conn, None, None
+        if conn is None:
+            return
+        conn.remove_termination_listener(self._terminated)
+        with anyio.move_on_after(self._timeout):
+            await conn.close()
+            return
+        conn.terminate()

@@ -15,7 +15,7 @@ from .._errors import newer_schema
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -98,6 +98,25 @@ DROP TABLE {s}.messages;
     ),
     # pending() pages by a keyset range of this index, newest first.
     (3, "CREATE INDEX pending_interrupts_created_idx ON {s}.pending_interrupts (created_at, execution_id);"),
+    (
+        4,
+        # Ownership: the owner id (and its advisory key) recorded with each owned run; no owner
+        # means queued for the fleet. Rows exist only while a run is owned or queued, so finding
+        # work never reads the resting runs. A pause may carry a deadline (pause expiry).
+        """
+CREATE TABLE {s}.run_owners (
+    execution_id text PRIMARY KEY,
+    owner text,
+    owner_key bigint,
+    since timestamptz NOT NULL
+);
+CREATE INDEX run_owners_owner_idx ON {s}.run_owners (owner_key);
+CREATE INDEX run_owners_queued_idx ON {s}.run_owners (since) WHERE owner IS NULL;
+ALTER TABLE {s}.pending_interrupts ADD COLUMN expires_at timestamptz;
+CREATE INDEX pending_interrupts_expiry_idx ON {s}.pending_interrupts (expires_at)
+    WHERE expires_at IS NOT NULL;
+""",
+    ),
 )
 
 

@@ -139,12 +139,6 @@ WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
 p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
 k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1)
 SELECT count(*) FROM c""",
-    # Advisory locks held in this database (a bigint key is classid:objid with objsubid 1).
-    "owned": """
-SELECT DISTINCT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND ((l.classid::bigint << 32) | l.objid::bigint) = ANY($1::bigint[])""",
     "cache_get": "SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2",
     "cache_put": """
 WITH ins AS (

@@ -1,9 +1,9 @@
 """The PostgreSQL store on asyncpg: one round trip per write, for a fleet of processes.
 
 Every write is one statement (:mod:`stores.postgres._sql`); concurrent appends share one
-(:mod:`stores.postgres._appends`); the outbox is :mod:`stores.postgres._outbox`; ownership locks
-are session advisory locks on one dedicated connection with TCP keepalives, concurrent takes and
-releases sharing one round trip (:mod:`stores.postgres._locks`). What both backends share (the
+(:mod:`stores.postgres._appends`); the outbox is :mod:`stores.postgres._outbox`; ownership is
+one session advisory lock per owner id on a dedicated connection plus a ``run_owners`` row per
+owned run (:mod:`stores.postgres._locks`, the shared half in :mod:`stores._owners`). What both backends share (the
 re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``' private modules.
 """
 
@@ -53,7 +53,7 @@ from ._connection import (
     read_dsn,
     unavailable,
 )
-from ._locks import AdvisoryLocks
+from ._locks import OWNER_SQL, LivenessLock, owner_key
 from ._outbox import Outbox
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schema import migrate
@@ -98,8 +98,10 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         self._sql = statements(schema)
         self._pool: asyncpg.Pool | None = None
         self._setup_lock = anyio.Lock()
-        self._lock_conn: asyncpg.Connection | None = None
-        self._locks = AdvisoryLocks(self._lock_connection, self._lost, connect_timeout)
+        self._liveness = LivenessLock(schema, self._own, self._lock_connection, self._lost, connect_timeout)
+        self._owner_sql = {k: v.replace("{s}", f'"{schema}"') for k, v in OWNER_SQL.items()}
+        #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
+        self.work_channel = f"tether_work_{schema}"
         self._queue: list[Queued] = []
         self._flushers = 0
         self._max_flushers = max_flushers
@@ -140,20 +142,15 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         """Close the pool and the lock connection (releasing every ownership lock); idempotent."""
         self._state = StoreState.CLOSED
         pool, self._pool = self._pool, None
-        conn, self._lock_conn = self._lock_conn, None
         writers, self._writers = self._writers, []
-        self._locks.forget()
         with anyio.CancelScope(shield=True):
+            await self._liveness.close()
             with anyio.move_on_after(_CLOSE_TIMEOUT):
-                if conn is not None:
-                    await conn.close()
                 if pool is not None:
                     for writer in writers:
                         await pool.release(writer)
                     await pool.close()
                 return
-            if conn is not None:
-                conn.terminate()
             if pool is not None:
                 pool.terminate()
 
@@ -364,17 +361,6 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             recs = await pool.fetch(sql, *params)
         return [head_of(tuple(rec), rec["created_at"]) for rec in recs]
 
-    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
-        """Which of these runs a live session holds the advisory lock of, read from ``pg_locks``
-        (a view: reading it takes no lock any session could need)."""
-        keys = {advisory_key(self.schema, eid): eid for eid in execution_ids}
-        if not keys:
-            return set()
-        pool = await self._ready()
-        with self._lost():
-            recs = await pool.fetch(self._sql["owned"], list(keys))
-        return {keys[rec[0]] for rec in recs}
-
     def _seed(self, rows: Iterable[tuple[Checkpoint, asyncpg.Record]]) -> None:
         """Remember the full log of each conversation read (newest row first wins)."""
         done: set[str] = set()
@@ -469,6 +455,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert if absent and return the stored value: the first writer wins (one round trip)."""
+        self._own.check(execution_id)
         data = encode_cache_value(execution_id, key, value)
         pool = await self._ready()
         with self._lost():
@@ -487,35 +474,56 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         assert rec is not None
         return rec["value"], bool(rec["recorded"])
 
-    # -- ownership lock -----------------------------------------------------------------------
+    # -- ownership (the shared half is stores._owners.OwnedStore) ----------------------------
 
-    async def try_lock(self, execution_id: str) -> bool:
-        """Take the run's session advisory lock on the dedicated lock connection (batched)."""
-        check_execution_id(execution_id)
+    @property
+    def _lock_conn(self) -> asyncpg.Connection | None:
+        """The lock connection holding this store's liveness lock, if open."""
+        return self._liveness.connection
+
+    async def _hold(self) -> str:
         self._refuse_closed()
-        return await self._locks.try_lock(execution_id, advisory_key(self.schema, execution_id))
+        await self._ready()
+        return await self._liveness.hold()
 
-    async def unlock(self, execution_id: str) -> None:
-        """Release the run's lock if this store holds it."""
-        check_execution_id(execution_id)
-        conn = self._lock_conn
-        if conn is None or conn.is_closed():
-            self._locks.forget(execution_id)  # a lost connection took its locks with it
-            return
-        await self._locks.unlock(execution_id)
+    async def _take_row(self, execution_id: str, owner: str) -> bool:
+        pool = await self._ready()
+        with self._lost():
+            key = owner_key(self.schema, owner)
+            return bool(await pool.fetchval(self._owner_sql["take"], execution_id, owner, key))
+
+    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
+        pool = await self._ready()
+        with self._lost():
+            if queue:
+                await pool.fetchval(self._owner_sql["queue"], execution_id, owner, self.work_channel)
+            else:
+                await pool.execute(self._owner_sql["release"], execution_id, owner)
+
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        pool = await self._ready()
+        with self._lost():
+            return {r[0] for r in await pool.fetch(self._owner_sql["owned"], list(execution_ids))}
+
+    async def _orphan_rows(self, limit: int) -> list[str]:
+        pool = await self._ready()
+        with self._lost():
+            return [r[0] for r in await pool.fetch(self._owner_sql["orphans"], limit)]
+
+    async def owner_pid(self, execution_id: str) -> int | None:
+        """The server pid of the session holding the liveness lock of the run's owner, if it is alive
+        (what ``tether recover --force`` terminates)."""
+        pool = await self._ready()
+        with self._lost():
+            pid = await pool.fetchval(self._owner_sql["owner_pid"], execution_id)
+        return None if pid is None else int(pid)
 
     async def _lock_connection(self) -> asyncpg.Connection:
-        conn = self._lock_conn
-        if conn is not None and not conn.is_closed():
-            return conn
         if self._state is StoreState.CLOSED:
             raise store_closed(self)
-        self._locks.forget()  # a lost connection took its locks with it
-        conn = await connect_lock_connection(
+        return await connect_lock_connection(
             self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
         )
-        self._lock_conn = conn
-        return conn
 
     # -- errors -------------------------------------------------------------------------------
 

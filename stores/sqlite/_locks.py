@@ -1,130 +1,226 @@
-"""Run ownership locks for SQLite: one byte per run of ``<path>.locks``, locked with an
-open-file-description lock.
+"""Run ownership on SQLite: one byte of ``<path>.locks`` per owner id, and the ``run_owners`` rows.
 
-The byte sits at an offset hashed from the run's id and is locked on the store's one descriptor of
-the lock file: another descriptor (another store, another process) is refused, and the lock goes
-when the descriptor closes or the process dies. ``open`` and a non-blocking ``fcntl`` on a local
-file take microseconds, so they run on the event loop.
+The store locks the byte hashed from its owner id with an open-file-description lock on its one
+descriptor of the lock file; the kernel frees it when the process dies. Whether another owner is
+alive is asked with ``F_OFD_GETLK`` on its byte (a query: nothing is taken). Owning a run is a
+``run_owners`` row naming the owner id, written in the same transaction that checked the previous
+owner, so exactly one taker wins.
+
+The lock is lost when the lock file is removed or replaced under the store (the byte then locks a
+file nobody else opens): a watcher thread compares the path with the descriptor every
+:data:`WATCH_INTERVAL` seconds, and every ownership check does the same, so the owner id is lost at
+once and its runs abandoned (:mod:`stores._owners`). A forked child closes its copies of the lock
+descriptors (``os.register_at_fork``): a child outliving its parent would otherwise keep the
+parent's lock held. ``open`` and a non-blocking ``fcntl`` on a local file take microseconds, so they
+run on the event loop.
 """
 
 from __future__ import annotations
 
-import errno
+import asyncio
 import fcntl
 import hashlib
 import os
+import sqlite3
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Final
 
 from .._errors import StoreUnavailable
+from .._model import new_id
+from .._owners import Ownership
 
-__all__ = ["FileLocks"]
+__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "take_row"]
 
-_F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
+_F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
 _FLOCK: Final = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (+ padding)
+#: How often the watcher thread looks whether the lock file is still the one locked (seconds).
+WATCH_INTERVAL: Final = 0.2
 
-# Ownership locks held in this process, by (lock file, execution_id): a second holder is refused
-# even when it uses another SQLiteStore instance on the same file.
-_held: set[tuple[str, str]] = set()
-_held_guard = threading.Lock()
+_NOW: Final = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
 
-
-def _offset(execution_id: str) -> int:
-    """The byte of the lock file that stands for the run (a 62-bit hash of its id)."""
-    return int.from_bytes(hashlib.blake2b(execution_id.encode(), digest_size=8).digest(), "big") >> 2
+_open_files: weakref.WeakSet[LivenessFile] = weakref.WeakSet()
 
 
-def _lock_byte(fd: int, kind: int, offset: int) -> None:
-    """Lock or unlock one byte of the lock file (an open-file-description lock on ``fd``)."""
-    fcntl.fcntl(fd, _F_OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
+def _offset(owner: str) -> int:
+    """The byte of the lock file that stands for an owner id (a 62-bit hash of it)."""
+    return int.from_bytes(hashlib.blake2b(owner.encode(), digest_size=8).digest(), "big") >> 2
 
 
-class FileLocks:
-    """The ownership locks one store holds on its lock file."""
+def _flock(kind: int, offset: int) -> bytes:
+    return struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0)
 
-    def __init__(self, lock_path: str) -> None:
+
+class LivenessFile:
+    """The one lock a store's current owner id holds on the lock file, and the watcher of that file."""
+
+    def __init__(self, lock_path: str, ownership: Ownership) -> None:
         self.path = lock_path
-        self._key = os.path.realpath(lock_path)
+        self._own = ownership
         self._fd: int | None = None
-        self._locks: dict[int, str] = {}  # the byte of the lock file -> the run holding it
+        self._ident: tuple[int, int] | None = None
+        self._owner: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        _open_files.add(self)
 
-    def try_lock(self, execution_id: str) -> bool:
-        """Take the run's lock; ``False`` if anyone else (any process, any holder) holds it."""
-        key = (self._key, execution_id)
-        with _held_guard:
-            if key in _held:
-                return False
-            _held.add(key)
-        offset = _offset(execution_id)
-        if offset in self._locks:  # another run of this store hashes to the same byte: refused as held
-            with _held_guard:
-                _held.discard(key)
-            return False
+    def hold(self) -> str:
+        """The current owner id, its byte locked (opening the file and starting the watcher once)."""
+        self.probe()
+        owner = self._own.owner
+        if owner == self._owner and self._fd is not None:
+            return owner
+        self._drop()
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fd = self._fd
-        except OSError as exc:
-            with _held_guard:
-                _held.discard(key)
-            raise StoreUnavailable(f"cannot open the lock file {self.path!r}: {exc}") from exc
-        try:
-            _lock_byte(fd, fcntl.F_WRLCK, offset)
-        except OSError as exc:
-            with _held_guard:
-                _held.discard(key)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise StoreUnavailable(f"cannot lock {self.path!r}: {exc}") from exc
-        self._locks[offset] = execution_id
-        return True
-
-    def owned(self, execution_ids: Sequence[str]) -> set[str]:
-        """Which of these runs anyone holds, tested with ``F_OFD_GETLK`` on a descriptor of its own
-        (a test takes no lock). No lock file yet: nobody owns anything."""
-        with _held_guard:
-            found = {eid for eid in execution_ids if (self._key, eid) in _held}
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return found
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the lock file {self.path!r}: {exc}") from exc
         try:
-            for eid in execution_ids:
-                if eid in found:
-                    continue
-                probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, _offset(eid), 1, 0)
-                if struct.unpack(_FLOCK, fcntl.fcntl(fd, _F_OFD_GETLK, probe))[0] != fcntl.F_UNLCK:
-                    found.add(eid)
-        finally:
+            fcntl.fcntl(fd, _F_OFD_SETLK, _flock(fcntl.F_WRLCK, _offset(owner)))
+            stat = os.fstat(fd)
+        except OSError as exc:
             os.close(fd)
-        return found
+            raise StoreUnavailable(f"cannot lock {self.path!r}: {exc}") from exc
+        self._fd, self._owner, self._ident = fd, owner, (stat.st_dev, stat.st_ino)
+        self._loop = asyncio.get_running_loop()
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="tether-sqlite-locks", daemon=True)
+            self._watcher.start()
+        return owner
 
-    def release(self, execution_id: str) -> None:
-        """Release the run's lock if held here."""
-        offset = _offset(execution_id)
-        if self._locks.get(offset) != execution_id:
+    def alive(self, owner: str) -> bool:
+        """Whether ``owner``'s byte is locked by anyone (``F_OFD_GETLK``: a query, nothing taken)."""
+        fd = self._fd
+        if fd is None:
+            raise StoreUnavailable(f"the lock file {self.path!r} is not open")
+        if owner == self._owner:
+            return True  # our own lock: a query on our own descriptor does not see it
+        found = fcntl.fcntl(fd, _F_OFD_GETLK, _flock(fcntl.F_WRLCK, _offset(owner)))
+        kind: int = struct.unpack(_FLOCK, found)[0]
+        return kind != fcntl.F_UNLCK
+
+    def probe(self) -> None:
+        """Lose the owner id now if its lock file was removed or replaced (one ``stat``)."""
+        owner, ident = self._owner, self._ident
+        if owner is None or ident is None:
             return
-        del self._locks[offset]
         try:
-            if self._fd is not None:
-                _lock_byte(self._fd, fcntl.F_UNLCK, offset)
-        finally:
-            with _held_guard:
-                _held.discard((self._key, execution_id))
+            stat = os.stat(self.path)
+            same = (stat.st_dev, stat.st_ino) == ident
+        except FileNotFoundError:
+            same = False
+        if not same:
+            self._lose(owner)
 
-    def release_all(self) -> None:
-        """Release every lock at once: closing the descriptor drops all of its locks."""
-        fd, self._fd = self._fd, None
-        try:
-            if fd is not None:
+    def _lose(self, owner: str) -> None:
+        if owner != self._owner:
+            return
+        self._drop()
+        self._own.lose(owner, f"its lock file {self.path!r} was removed or replaced")
+
+    def _watch(self) -> None:
+        """The watcher thread: a probe every interval, answered on the store's event loop."""
+        while not self._stop.wait(WATCH_INTERVAL):
+            owner, ident, loop = self._owner, self._ident, self._loop
+            if owner is None or ident is None or loop is None:
+                continue
+            try:
+                stat = os.stat(self.path)
+                same = (stat.st_dev, stat.st_ino) == ident
+            except FileNotFoundError:
+                same = False
+            except OSError:
+                continue
+            if not same:
+                try:
+                    loop.call_soon_threadsafe(self._lose, owner)
+                except RuntimeError:  # the loop is closed: nothing is left to stop
+                    return
+
+    def _drop(self) -> None:
+        fd, self._fd, self._owner, self._ident = self._fd, None, None, None
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the descriptor (its lock goes with it) and stop the watcher; not a loss."""
+        self._stop.set()
+        self._drop()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: close the inherited descriptor and forget the parent's owner id."""
+        fd, self._fd, self._owner, self._ident = self._fd, None, None, None
+        self._watcher = None
+        self._stop = threading.Event()
+        if fd is not None:
+            try:
                 os.close(fd)
-        finally:
-            with _held_guard:
-                for execution_id in self._locks.values():
-                    _held.discard((self._key, execution_id))
-            self._locks.clear()
+            except OSError:
+                pass
+        self._own.owner = new_id()
+        self._own.held.clear()
+
+
+def _close_in_child() -> None:
+    for lock in list(_open_files):
+        lock._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: LivenessFile) -> bool:
+    """In a write transaction: record ``owner`` with the run unless a live other owner is recorded."""
+    found = conn.execute("SELECT owner FROM run_owners WHERE execution_id = ?", (execution_id,)).fetchone()
+    if found is not None and found[0] is not None and found[0] != owner and lock.alive(found[0]):
+        return False
+    conn.execute(
+        f"INSERT INTO run_owners (execution_id, owner, since) VALUES (?, ?, {_NOW}) "
+        "ON CONFLICT (execution_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
+        (execution_id, owner),
+    )
+    return True
+
+
+def release_row(conn: sqlite3.Connection, execution_id: str, owner: str, queue: bool) -> None:
+    """In a write transaction: delete the run's row if ``owner`` holds it, or queue it (no owner)."""
+    if queue:
+        conn.execute(
+            f"UPDATE run_owners SET owner = NULL, since = {_NOW} WHERE execution_id = ? AND owner = ?",
+            (execution_id, owner),
+        )
+    else:
+        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
+
+
+def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
+    """Queued runs, and runs whose owner's byte is unlocked, oldest first."""
+    owners = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM run_owners WHERE owner IS NOT NULL")]
+    dead = [o for o in owners if not lock.alive(o)]
+    marks = ", ".join("?" for _ in dead)
+    where = f"owner IS NULL OR owner IN ({marks})" if dead else "owner IS NULL"
+    return [
+        eid
+        for (eid,) in conn.execute(
+            f"SELECT execution_id FROM run_owners WHERE {where} ORDER BY since LIMIT ?", (*dead, limit)
+        )
+    ]
+
+
+def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: LivenessFile | None) -> set[str]:
+    """Which of these runs name an owner whose byte is locked (``lock`` None: no lock file yet)."""
+    found: set[str] = set()
+    for start in range(0, len(execution_ids), 500):
+        chunk = list(execution_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        for eid, owner in conn.execute(
+            f"SELECT execution_id, owner FROM run_owners WHERE owner IS NOT NULL AND execution_id IN ({marks})",
+            chunk,
+        ):
+            if lock is not None and lock.alive(owner):
+                found.add(eid)
+    return found

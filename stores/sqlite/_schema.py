@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -99,6 +99,19 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
     ),
     # pending() pages by a keyset range of this index, newest first.
     4: ("CREATE INDEX IF NOT EXISTS pending_created ON pending_interrupts (created_at, execution_id)",),
+    # Ownership: the owner id recorded with each owned run (no owner: queued for the fleet); rows
+    # exist only while a run is owned or queued. A pause may carry a deadline (pause expiry).
+    5: (
+        """CREATE TABLE run_owners (
+            execution_id TEXT PRIMARY KEY,
+            owner TEXT,
+            since TEXT NOT NULL
+        )""",
+        "CREATE INDEX run_owners_owner ON run_owners (owner)",
+        "CREATE INDEX run_owners_queued ON run_owners (since) WHERE owner IS NULL",
+        "ALTER TABLE pending_interrupts ADD COLUMN expires_at TEXT",
+        "CREATE INDEX pending_interrupts_expiry ON pending_interrupts (expires_at) WHERE expires_at IS NOT NULL",
+    ),
 }
 
 

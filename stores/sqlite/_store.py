@@ -7,7 +7,7 @@ future; the writer thread commits everything queued in one transaction. Reads us
 connection (WAL readers never block the writer) and are one thread hop per method, each in one read
 transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
 never suspend, so it is driven to completion synchronously (:func:`stores._reentry.run_sync`).
-The ownership lock is :mod:`stores.sqlite._locks`.
+Ownership (one lock per owner id, a ``run_owners`` row per run) is :mod:`stores.sqlite._locks`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utc
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
-from ._locks import FileLocks
+from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, take_row
 from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
@@ -101,7 +101,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         self._setup_lock = asyncio.Lock()
         self._queue = []
         self._drain = None
-        self._locks = FileLocks(self.lock_path)
+        self._liveness = LivenessFile(self.lock_path, self._own)
         self._write_lock = file_lock(self.path)
         self._db_key = os.path.realpath(self.path)
         self.transactions = 0
@@ -146,7 +146,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             if self._drain is not None:
                 await asyncio.wait({self._drain})
             await self._close_connections()
-        self._locks.release_all()
+        self._liveness.close()
 
     async def _close_connections(self) -> None:
         for thread in (self._writer, self._reader):
@@ -365,6 +365,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert the entry if absent; return the stored value (the first writer's)."""
+        self._own.check(execution_id)
         body = encode_cache_value(execution_id, key, value)
         now = ts(utcnow())
 
@@ -601,20 +602,28 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             for eid in runs:
                 self._logs.forget(eid)
 
-    # ------------------------------------------------------------------ the ownership lock
+    # ------------------------------------------------------------------ ownership (stores._owners)
 
-    async def try_lock(self, execution_id: str) -> bool:
-        """Take the run's ownership lock; ``False`` if anyone else (any process, any holder) holds it."""
-        check_execution_id(execution_id)
+    async def _hold(self) -> str:
         self._refuse_closed()
-        return self._locks.try_lock(execution_id)
+        await self._ensure()
+        return self._liveness.hold()
 
-    async def unlock(self, execution_id: str) -> None:
-        """Release the run's ownership lock if this store holds it."""
-        check_execution_id(execution_id)
-        self._locks.release(execution_id)
+    async def _take_row(self, execution_id: str, owner: str) -> bool:
+        lock = self._liveness
+        return await self._write(lambda c: take_row(c, execution_id, owner, lock))
 
-    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
-        """Which of these runs a live owner holds (a lock test, no lock taken; microseconds each)."""
-        self._refuse_closed()
-        return self._locks.owned(execution_ids)
+    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
+        await self._write(lambda c: release_row(c, execution_id, owner, queue))
+
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        await self._hold()
+        lock = self._liveness
+        return await self._read(lambda c: owned_rows(c, execution_ids, lock))
+
+    async def _orphan_rows(self, limit: int) -> list[str]:
+        lock = self._liveness
+        return await self._read(lambda c: orphan_rows(c, limit, lock))
+
+    def _probe(self) -> None:
+        self._liveness.probe()

@@ -36,7 +36,8 @@ async def _fill(backend: Backend, start: int, stop: int) -> None:
     if backend.name == "sqlite":
         with sqlite3.connect(backend.target) as conn:
             conn.executemany(
-                "INSERT INTO pending_interrupts VALUES (?, 'approve', ?, 'turn:0/tool:t', 'agent:a', ?)",
+                "INSERT INTO pending_interrupts (execution_id, reason, context, node_id, agent_path, "
+                "created_at) VALUES (?, 'approve', ?, 'turn:0/tool:t', 'agent:a', ?)",
                 [(f"run-{i:06d}", b'{"i": %d}' % i, ts(_created(i))) for i in range(start, stop)],
             )
         return

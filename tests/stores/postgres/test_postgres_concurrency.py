@@ -177,11 +177,9 @@ async def _advisory_locks_of(store: PostgresStore) -> int:
     return found
 
 
-async def test_concurrent_locks_share_round_trips(store: PostgresStore, schema: str) -> None:
-    """50 runs taking their locks at once cost a few round trips, not 50; each is held once."""
+async def test_many_owned_runs_hold_one_advisory_lock(store: PostgresStore, schema: str) -> None:
+    """50 runs owned at once hold ONE advisory lock (the owner's), each run owned exactly once."""
     await store.setup()
-    assert await store.try_lock("first")  # opens the lock connection
-    before = store._locks.round_trips
     taken: dict[str, bool] = {}
 
     async def take(run: str) -> None:
@@ -191,43 +189,22 @@ async def test_concurrent_locks_share_round_trips(store: PostgresStore, schema: 
         for i in range(50):
             tg.start_soon(take, f"run-{i}")
     assert taken == {f"run-{i}": True for i in range(50)}
-    assert store._locks.round_trips - before <= 3, store._locks.round_trips - before
-    assert await _advisory_locks_of(store) == 51
+    assert await _advisory_locks_of(store) == 1
     other = PostgresStore(DSN, schema=schema)
     try:
         assert not await other.try_lock("run-7")
-        before = store._locks.round_trips
         async with anyio.create_task_group() as tg:
             for i in range(50):
                 tg.start_soon(store.unlock, f"run-{i}")
-        assert store._locks.round_trips - before <= 3
-        assert await _advisory_locks_of(store) == 1
+        assert await _advisory_locks_of(store) == 1  # the liveness lock stays for the next runs
         assert await other.try_lock("run-7")
+        assert not await store.try_lock("run-7")
     finally:
         await other.close()
 
 
-async def test_release_then_take_in_one_batch_keeps_one_lock(store: PostgresStore) -> None:
-    """A release and a new take of the same run queued together run in order: one lock remains."""
-    assert await store.try_lock("r")
-    assert await store.try_lock("pad")
-    results: list[bool] = []
-
-    async def retake() -> None:
-        results.append(await store.try_lock("r"))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.unlock, "pad")  # the flusher: the next two queue behind its round trip
-        tg.start_soon(store.unlock, "r")
-        tg.start_soon(retake)
-    assert results == [True]
-    assert await _advisory_locks_of(store) == 1  # "r" once, not twice (session locks re-enter)
-    await store.unlock("r")
-    assert await _advisory_locks_of(store) == 0
-
-
 async def test_cancelled_lock_attempts_leave_no_lock_behind(store: PostgresStore, schema: str) -> None:
-    """A try_lock cancelled at any point either owns the lock (it returned) or leaves it free."""
+    """A try_lock cancelled at any point either owns the run (it is held) or leaves it free."""
     await store.setup()
     assert await store.try_lock("warm")
     other = PostgresStore(DSN, schema=schema)
@@ -236,18 +213,17 @@ async def test_cancelled_lock_attempts_leave_no_lock_behind(store: PostgresStore
             run = f"c-{attempt}"
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(store.try_lock, f"noise-{attempt}")  # another op in the batch
+                    tg.start_soon(store.try_lock, f"noise-{attempt}")  # another op at the same time
                     for _ in range(attempt % 4):
                         await anyio.lowlevel.checkpoint()
                     tg.start_soon(store.try_lock, run)
                     for _ in range(attempt % 3):
                         await anyio.lowlevel.checkpoint()
                     scope.cancel()
-            if run in store._locks.held:
+            if run in store._own.held:
                 await store.unlock(run)
-            assert await other.try_lock(run), f"attempt {attempt}: the lock of {run} leaked"
+            assert await other.try_lock(run), f"attempt {attempt}: the ownership of {run} leaked"
             await other.unlock(run)
-        held = set(store._locks.held)
-        assert await _advisory_locks_of(store) == len(held), held
+        assert await _advisory_locks_of(store) == 1
     finally:
         await other.close()

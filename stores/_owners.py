@@ -1,0 +1,228 @@
+"""Run ownership, the half both backends share: one liveness lock per store, the owner recorded with the run.
+
+A store takes ONE liveness lock for the life of its owner id (a PostgreSQL session advisory lock on
+its lock connection, an open-file-description lock on one byte of SQLite's ``.locks`` file), freed
+by the database or the kernel the moment the process dies. Owning a run is a row in ``run_owners``
+naming the owner id; taking a run succeeds when the run has no such row, is queued (no owner), or
+names an owner whose liveness lock is free (dead, or lost its lock: an owner id is never reused).
+So a process owns as many runs as it likes for one lock, and a sweep finds orphans by reading the
+owners that hold runs, not every run in the store.
+
+:class:`Ownership` is the bookkeeping: the owner id, which runs this store holds under which id,
+and what happens when the lock is lost. Losing it abandons every run held under that id at once:
+their listeners are told (the run actors stop them), every later write for them is refused with
+:class:`OwnershipLost`, and their ``run_owners`` rows stay (another process takes them over; a
+release would leave them unowned and unfindable). The next run taken gets a fresh owner id and lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import anyio
+
+from ._errors import OwnershipLost, StoreUnavailable, check_execution_id
+from ._model import new_id
+
+__all__ = ["LOGGER", "Ownership"]
+
+#: The one "tether" logger (the same name actors logs under).
+LOGGER: Final = logging.getLogger("tether")
+
+#: Bound on taking a run (one statement, shielded so its outcome is always known; seconds).
+_TAKE_TIMEOUT: Final = 30.0
+#: Pauses between re-checks of a run refused as held by a live owner (seconds); ``None`` ends them.
+#: A killed owner's lock is freed a few ms after its process is gone (PostgreSQL: up to ~8 ms
+#: measured), so a refusal re-checks within a bounded ~75 ms before it says "held by a live owner".
+_TAKE_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
+#: What a listener is told: the ids of the runs just abandoned.
+Listener = Callable[[list[str]], object]
+
+
+class Ownership:
+    """The runs one store owns, the owner id they are held under, and lock loss.
+
+    ``store`` names the store in log lines and errors (its ``repr``).
+    """
+
+    __slots__ = ("_abandoned", "_listeners", "_lost", "_store", "held", "owner", "taking")
+
+    def __init__(self, store: object) -> None:
+        self._store = store
+        self.owner = new_id()
+        #: run -> the owner id it was taken under
+        self.held: dict[str, str] = {}
+        self.taking: set[str] = set()
+        self._lost: set[str] = set()  # owner ids whose lock was lost
+        self._abandoned: set[str] = set()
+        self._listeners: list[Listener] = []
+
+    def begin(self, execution_id: str) -> bool:
+        """Start taking the run here; ``False`` if this store holds or is taking it already."""
+        if execution_id in self.held or execution_id in self.taking:
+            return False
+        self.taking.add(execution_id)
+        return True
+
+    def end(self, execution_id: str, owner: str | None) -> None:
+        """Finish a take: held under ``owner`` if it succeeded, else not at all."""
+        self.taking.discard(execution_id)
+        if owner is not None:
+            self.held[execution_id] = owner
+
+    def release(self, execution_id: str) -> str | None:
+        """Forget the run; the owner id whose ``run_owners`` row may be deleted, or ``None`` when the
+        run was abandoned (its row stays for whoever takes it over) or not held here."""
+        owner = self.held.pop(execution_id, None)
+        self._abandoned.discard(execution_id)
+        if owner is None or owner in self._lost:
+            return None
+        return owner
+
+    def abandoned(self, execution_id: str) -> bool:
+        """Whether this store lost the run with its lock."""
+        return execution_id in self._abandoned
+
+    def check(self, execution_id: str) -> None:
+        """Refuse anything more for a run this store abandoned (``OwnershipLost``)."""
+        if execution_id in self._abandoned:
+            raise OwnershipLost(
+                f"run {execution_id!r} was abandoned: {self._store!r} lost its liveness lock, and "
+                "another process may be recovering the run"
+            )
+
+    def on_lost(self, listener: Listener) -> None:
+        """Call ``listener(abandoned run ids)`` whenever the lock is lost (on the event loop)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
+    def lose(self, owner: str, reason: str) -> list[str]:
+        """The lock of ``owner`` is gone: abandon its runs, log it, tell the listeners; a fresh
+        owner id serves the runs taken from now on. Returns the abandoned runs."""
+        if owner in self._lost:
+            return []
+        self._lost.add(owner)
+        if owner == self.owner:
+            self.owner = new_id()
+        runs = sorted(eid for eid, held_by in self.held.items() if held_by == owner)
+        self._abandoned.update(runs)
+        LOGGER.error(
+            "%r lost its liveness lock (%s): abandoning %d run(s) it owned without writing: %s",
+            self._store,
+            reason,
+            len(runs),
+            ", ".join(runs[:20]) + (" ..." if len(runs) > 20 else ""),
+        )
+        for listener in list(self._listeners):
+            listener(runs)
+        return runs
+
+    def is_lost(self, owner: str) -> bool:
+        """Whether ``owner``'s lock was lost."""
+        return owner in self._lost
+
+
+class OwnedStore:
+    """The ownership methods of a store, written once; a backend supplies the five hooks below.
+
+    ``_own`` is the store's :class:`Ownership`; the hooks run the backend's dialect.
+    """
+
+    _own: Ownership
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    async def _hold(self) -> str:
+        """Make sure this store's liveness lock is held; the owner id it stands for."""
+        raise NotImplementedError
+
+    async def _take_row(self, execution_id: str, owner: str) -> bool:
+        """Record ``owner`` with the run unless a live owner other than ``owner`` is recorded."""
+        raise NotImplementedError
+
+    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
+        """Delete the run's ``run_owners`` row if ``owner`` holds it (``queue``: leave it ownerless)."""
+        raise NotImplementedError
+
+    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs name an owner whose liveness lock is held."""
+        raise NotImplementedError
+
+    async def _orphan_rows(self, limit: int) -> list[str]:
+        """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
+        raise NotImplementedError
+
+    def _probe(self) -> None:
+        """A cheap synchronous look at the liveness lock (SQLite: is the lock file still ours)."""
+
+    # -- the methods ------------------------------------------------------------------------------
+
+    async def try_lock(self, execution_id: str) -> bool:
+        """Take ownership of the run; ``False`` if it is held in this store or by a live owner."""
+        check_execution_id(execution_id)
+        own = self._own
+        if not own.begin(execution_id):
+            return False
+        taken: str | None = None
+        try:
+            for pause in _TAKE_RECHECKS:
+                owner = await self._hold()
+                if await self._take_once(execution_id, owner):
+                    taken = owner
+                    break
+                if pause is None:
+                    break
+                await anyio.sleep(pause)
+        finally:
+            own.end(execution_id, taken)
+        if taken is not None and own.is_lost(taken):
+            # The lock went while the row was written: the run is abandoned like every other.
+            own.check(execution_id)
+        return taken is not None
+
+    async def _take_once(self, execution_id: str, owner: str) -> bool:
+        # Shielded (and bounded): a take's outcome must be known, or its row could outlive it.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
+            took = await self._take_row(execution_id, owner)
+        if scope.cancelled_caught:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
+                await self._release_row(execution_id, owner, queue=False)
+            raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
+        return took
+
+    async def unlock(self, execution_id: str) -> None:
+        """Release the run's ownership if this store holds it (an abandoned run's row stays)."""
+        check_execution_id(execution_id)
+        owner = self._own.release(execution_id)
+        if owner is not None:
+            await self._release_row(execution_id, owner, queue=False)
+
+    async def hand_off(self, execution_id: str) -> None:
+        """Release the run to the fleet: it stays recorded, with no owner, for any sweep to take."""
+        owner = self._own.release(execution_id)
+        if owner is not None:
+            await self._release_row(execution_id, owner, queue=True)
+
+    async def orphans(self, limit: int = 100) -> list[str]:
+        """Runs that need an owner: handed off (queued), or owned by an owner that died or lost its
+        lock. Oldest first, at most ``limit``; never a run a live owner holds."""
+        await self._hold()
+        return await self._orphan_rows(limit)
+
+    async def owned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs a live owner holds (any process, this one included), read without
+        taking or waiting for any lock another process could need."""
+        if not execution_ids:
+            return set()
+        return await self._owned_rows(list(execution_ids))
+
+    def check_owner(self, execution_id: str) -> None:
+        """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""
+        self._probe()
+        self._own.check(execution_id)
+
+    def on_ownership_lost(self, listener: Listener) -> None:
+        """Call ``listener(run ids)`` when this store loses its liveness lock (see :class:`Ownership`)."""
+        self._own.on_lost(listener)
