@@ -73,6 +73,8 @@ def test_refusals_of_the_inspector(served: tuple[str, Path]) -> None:
         assert "waits" in client.get("/pending").text
         assert "3 rows" in client.get("/runs/waits").text  # nothing was written
         assert client.post("/runs/waits/approve", data={"csrf": "forged"}).status_code == 403
+        padded = {"csrf": csrf[1], "approver": "x" * 20_000}  # over the form bound: refused unread
+        assert client.post("/runs/waits/approve", data=padded).status_code == 403
         assert client.post("/runs/waits/destroy", data={"csrf": csrf[1]}).status_code == 404
 
         assert client.get("/runs/nobody").status_code == 404

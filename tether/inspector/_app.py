@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from actors import ActorSystem, Agent, AlreadyResumed, Resume
-from stores import PendingInterrupt, RunNotFound, TetherError
+from stores import PendingInterrupt, RunNotFound, StoreUnavailable, TetherError
 
 from .._store_url import opened_store
 from .._timeline import diff_rows, pick_rows, sync_states, timeline, when
@@ -137,9 +137,13 @@ async def _decide(request: Request) -> Response:
     if request.path_params["decision"] not in ("approve", "reject"):
         return _page(request, "message.html", 404, title="Not found", text="a run takes approve or reject")
     approved = request.path_params["decision"] == "approve"
-    body = await request.body()
-    form = parse_qs(body[:_MAX_FORM].decode("utf-8", "replace"))
-    if len(body) > _MAX_FORM or not csrf_ok(state.csrf, form):
+    body = b""
+    async for chunk in request.stream():  # read at most _MAX_FORM (+ one chunk), never more
+        body += chunk
+        if len(body) > _MAX_FORM:
+            break
+    form = parse_qs(body.decode("utf-8", "replace")) if len(body) <= _MAX_FORM else {}
+    if not csrf_ok(state.csrf, form):
         return _page(
             request, "message.html", 403, title="Refused", text="refused: CSRF token missing or wrong"
         )
@@ -155,9 +159,9 @@ async def _decide(request: Request) -> Response:
 
 
 async def _refused(request: Request, exc: Exception) -> Response:
-    """A refusal of the library as a page naming it: 404 for an unknown run or row, else 409 (a
-    missing runner, a finished run)."""
-    code = 404 if isinstance(exc, RunNotFound) else 409
+    """A refusal of the library as a page naming it: 404 for an unknown run or row, 503 when the
+    store cannot be reached, else 409 (a missing runner, a finished run)."""
+    code = 404 if isinstance(exc, RunNotFound) else 503 if isinstance(exc, StoreUnavailable) else 409
     return _page(request, "message.html", code, title=type(exc).__name__, text=f"{type(exc).__name__}: {exc}")
 
 
