@@ -8,8 +8,8 @@ Layout: ``_core/`` is the general actor runtime (actor, context, ref, cell, mail
 registry, ask deadlines, the ``"tether"`` logger) and knows nothing of runs; ``_durable/`` is the
 durable-run layer on top of it (Agent, tools, interrupt, idempotent, the run messages, the run log,
 the engine, the run actor, runs); ``_system.py`` (``ActorSystem``) is the only module that imports
-both; ``models/`` holds the models a run calls. Everything public is re-exported here, and its
-``__module__`` reads ``actors`` (tracebacks and reprs name ``actors.AlreadyResumed``, not where it
+both; ``models/`` holds the models a run calls; ``events/`` the typed events of ``RunRef.events()``.
+Everything public is re-exported here, and its ``__module__`` reads ``actors`` (tracebacks and reprs name ``actors.AlreadyResumed``, not where it
 happens to be defined).
 """
 
@@ -29,7 +29,7 @@ from stores import (
     WriteConflict,
 )
 
-from . import models
+from . import events, models
 from ._core import (
     Actor,
     ActorContext,
@@ -144,4 +144,5 @@ def _fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> No
 
 _fixup_module_metadata(__name__, globals())
 _fixup_module_metadata(models.__name__, vars(models))
+_fixup_module_metadata(events.__name__, vars(events))
 del _fixup_module_metadata

@@ -174,6 +174,11 @@ class ActorSystem:
         """Delete old rows by rule 10 of ``docs/durability.md`` (never a pause or what a resume needs)."""
         return await self._runs.prune(older_than)
 
+    def ref(self, execution_id: str) -> RunRef:
+        """A handle on a run this process did not start (or any run): its ``result()`` and
+        ``events()`` read the store, so they work for a run owned by another process."""
+        return self._runs.ref(execution_id)
+
     async def status(self, execution_id: str) -> RunSummary:
         """How the run stands (completed, failed, paused, running, orphaned, queued), from the store
         and the ownership locks, for a run of any process; ``RunNotFound`` for an unknown run.

@@ -79,6 +79,7 @@ from ._paths import (
 )
 from ._protocol import ReplicatedStore, Store
 from ._url import open_store
+from ._watch import RowWatch
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ __all__ = [
     "ReEntry",
     "ReplicatedStore",
     "RowTooLarge",
+    "RowWatch",
     "RunExists",
     "RunHead",
     "RunNotFound",

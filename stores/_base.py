@@ -21,6 +21,7 @@ from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
 from ._owners import OwnedStore, Ownership
+from ._watch import RowWatch
 
 __all__ = [
     "INTENT_PREFIX",
@@ -29,6 +30,7 @@ __all__ = [
     "LogMoved",
     "Plan",
     "StoreState",
+    "check_history_range",
     "check_page",
     "intent_key",
 ]
@@ -65,6 +67,18 @@ def check_page(execution_id: str | None, limit: int | None, after: PendingInterr
             "pending(after=...) takes the last PendingInterrupt of the previous page or None, "
             f"not {type(after).__name__}"
         )
+
+
+def check_history_range(since: int, limit: int | None) -> None:
+    """Refuse a ``history()`` range of the wrong type (``TypeError``) or value (``ValueError``)."""
+    if type(since) is not int:
+        raise TypeError(f"history(since=...) takes an int seq, not {type(since).__name__}")
+    if since < 0:
+        raise ValueError(f"history(since=...) must be at least 0, not {since}")
+    if limit is not None and (type(limit) is not int or limit < 1):
+        if type(limit) is not int:
+            raise TypeError(f"history(limit=...) takes a positive int or None, not {type(limit).__name__}")
+        raise ValueError(f"history(limit=...) must be at least 1, not {limit}")
 
 
 class StoreState(enum.Enum):
@@ -104,6 +118,11 @@ class BaseStore(OwnedStore):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def watch(self, execution_id: str) -> RowWatch:
+        """A :class:`~stores._watch.RowWatch` on the run: its waits end when a row may have been
+        written, here by polling (a backend that hears of new rows overrides this)."""
+        return RowWatch(execution_id)
 
     def _refuse_closed(self) -> None:
         """Raise ``StoreUnavailable`` if the store is closed."""

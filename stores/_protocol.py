@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._heads import RunHead
 from ._model import Cached, CacheEntry, Checkpoint, PendingInterrupt, ReEntry
+from ._watch import RowWatch
 
 __all__ = ["ReplicatedStore", "Store"]
 
@@ -61,8 +62,15 @@ class Store(Protocol):
     async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
         """One row by id (both keys must match)."""
 
-    async def history(self, execution_id: str) -> list[Checkpoint]:
-        """Every row of the run in ``seq`` order."""
+    async def history(
+        self, execution_id: str, *, since: int = 0, limit: int | None = None
+    ) -> list[Checkpoint]:
+        """The rows of the run in ``seq`` order: every one, or those from ``since`` on, at most
+        ``limit`` of them (a page; bad values raise ``TypeError``/``ValueError`` before any I/O)."""
+
+    def watch(self, execution_id: str) -> RowWatch:
+        """A handle whose bounded waits end when a row of the run may have been written by any
+        process (a notice, or the poll interval); see :mod:`stores._watch`."""
 
     async def pending(
         self,

@@ -26,7 +26,7 @@ TOP = [
     "replication",
     "tether",
 ]  # in dependency order: each may import only those before it
-PACKAGES = ["stores", "actors", "actors.models", "replication", "tether"]
+PACKAGES = ["stores", "actors", "actors.models", "actors.events", "replication", "tether"]
 
 CONTRACT = {
     "actors": [

@@ -52,10 +52,12 @@ from stores import (
 from .._core import tether_logger
 from ..models import Message, ToolCall
 from ..models._intake import take_in
+from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import bind_run
 from ._errors import MaxTurnsExceeded, ResumeRequired
+from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
 from ._messages import (
     Answered,
@@ -114,6 +116,8 @@ class RunEngine:
         # The tool calls of the newest reply, and the row a re-entry re-runs.
         self._calls: list[ToolCall] = []
         self._rerun_row: Checkpoint | None = None
+        # The attempt of the next model call (above 1 when re-entry issues a call again).
+        self._attempt = 1
 
     # -- entry points: each writes its first row (if any) and returns the first step -----------------
 
@@ -263,14 +267,17 @@ class RunEngine:
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-        await self._append(
-            self._row(node_id=f"turn:{turn}", step_type=LLM_CALL, turn=turn, transcript=transcript)
+        row = self._row(
+            node_id=f"turn:{turn}",
+            step_type=LLM_CALL,
+            turn=turn,
+            transcript=transcript,
+            node_input=self._reissue(),
         )
-        reply = take_in(
-            await self.agent.model.complete(transcript.messages, self._schemas),
-            transcript,
-            model=self.agent.model,
-        )
+        await self._append(row)
+        with text_sink(self.rows.log.text_sink(row)):
+            answer = await self.agent.model.complete(transcript.messages, self._schemas)
+        reply = take_in(answer, transcript, model=self.agent.model)
         transcript.append(reply.to_message())
         if not reply.tool_calls:
             return Answered(reply.text)
@@ -343,6 +350,8 @@ class RunEngine:
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
+            if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
+                self._attempt = attempt_of(step) + 1  # the model call is issued again
             return TakeTurn(turn)
         calls, index = _call_of(transcript, step)
         self._calls = calls
@@ -439,6 +448,11 @@ class RunEngine:
             node_input=node_input,
             parent=parent,
         )
+
+    def _reissue(self) -> dict[str, Any] | None:
+        """The ``node_input`` of the next model call's row: its attempt when it is a re-issue."""
+        attempt, self._attempt = self._attempt, 1
+        return {ATTEMPT_KEY: attempt} if attempt > 1 else None
 
     async def _append(self, row: Checkpoint) -> None:
         """Append a row of this conversation and remember its messages as the last stored ones."""

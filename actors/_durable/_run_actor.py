@@ -43,6 +43,7 @@ from ._runlog import RunLog, StepLog
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._follow import EventHub
 
 __all__ = ["RunActor"]
 
@@ -55,12 +56,20 @@ class RunActor(Actor):
     """The supervised actor of one run. Never restarted automatically (rule 12 of
     ``docs/durability.md``): recovery is explicit."""
 
-    def __init__(self, *, store: Store, agent: Agent, execution_id: str, live: dict[str, RunActor]) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        agent: Agent,
+        execution_id: str,
+        live: dict[str, RunActor],
+        hub: EventHub | None = None,
+    ) -> None:
         self.store = store
         self._live = live
         self.agent = agent
         self.execution_id = execution_id
-        self._log = StepLog(execution_id=execution_id, runner=agent.name)
+        self._log = StepLog(hub=hub, execution_id=execution_id, runner=agent.name)
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
         self._deferred: deque[Request] = deque()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -30,6 +30,10 @@ from stores import (
 )
 
 from .._core import LOGGER, tether_logger
+
+if TYPE_CHECKING:
+    from ..models._stream import TextSink
+    from ._follow import EventHub
 
 __all__ = ["MARKER_TIMEOUT", "TOOL_SEQ", "RunLog", "StepLog", "step_seq"]
 
@@ -50,21 +54,30 @@ def step_seq(row: Checkpoint) -> int:
 
 
 class StepLog:
-    """One INFO event per row written (``execution_id``, ``agent_path``, ``node_id``, ``step_type``),
-    built only when the ``"tether"`` logger has INFO enabled. A row is written before its step, so
-    the event says what starts: ``step started``, ``run paused`` or ``run ended`` (with its status).
-    ``last`` is the newest row written, for the warning of a run stopped mid-step."""
+    """What a committed row tells the world: one INFO event per row written (``execution_id``,
+    ``agent_path``, ``node_id``, ``step_type``), built only when the ``"tether"`` logger has INFO
+    enabled, and the row itself to this process's event hub (``RunRef.events()``), with the text a
+    model streams. A row is written before its step, so the event says what starts: ``step
+    started``, ``run paused`` or ``run ended`` (with its status). ``last`` is the newest row
+    written, for the warning of a run stopped mid-step."""
 
-    __slots__ = ("_bindings", "_logger", "last")
+    __slots__ = ("_bindings", "_hub", "_logger", "last")
 
-    def __init__(self, **bindings: object) -> None:
+    def __init__(self, *, hub: EventHub | None = None, **bindings: object) -> None:
         self._bindings = bindings
+        self._hub = hub
         self._logger: Any = None
         self.last: Checkpoint | None = None
 
+    def text_sink(self, row: Checkpoint) -> TextSink | None:
+        """Where the model call of ``row`` streams its text (None: nobody can listen)."""
+        return self._hub.text_sink(row) if self._hub is not None else None
+
     def step(self, row: Checkpoint) -> None:
-        """Log that ``row`` was written, and the step it starts."""
+        """``row`` was committed: publish it, and log it with the step it starts."""
         self.last = row
+        if self._hub is not None:
+            self._hub.publish(row)
         if not LOGGER.isEnabledFor(logging.INFO):
             return
         if self._logger is None:

@@ -32,6 +32,7 @@ from stores import (
 from ..models import Message
 from ._agent import Agent, Runner
 from ._errors import RunnerNotFound
+from ._follow import EventHub, EventStream
 from ._messages import Cancel, Recover, Reply, Request, Resume, ResumeRun, RunMessage, Spawn, SpawnFork
 from ._result import RunResult
 from ._run_actor import RunActor
@@ -43,14 +44,22 @@ __all__ = ["RunRef", "Runs"]
 
 
 class RunRef:
-    """A handle on one run: send it messages, wait for how it stands."""
+    """A handle on one run: send it messages, wait for how it stands, follow its events.
 
-    __slots__ = ("_reply", "_runs", "execution_id")
+    ``start`` is the first row of the activation the ref stands for (0 for a spawn or a fork, the
+    run's next row for a send), where ``events()`` begins by default; ``None`` for a ref on a run
+    this process did not start (``system.ref(id)``): its events begin at the run's next row.
+    """
 
-    def __init__(self, runs: Runs, execution_id: str, reply: Reply | None = None) -> None:
+    __slots__ = ("_reply", "_runs", "_start", "execution_id")
+
+    def __init__(
+        self, runs: Runs, execution_id: str, reply: Reply | None = None, *, start: int | None = None
+    ) -> None:
         self._runs = runs
         self.execution_id = execution_id
         self._reply = reply
+        self._start = start
 
     def __repr__(self) -> str:
         return f"<RunRef {self.execution_id}>"
@@ -58,6 +67,20 @@ class RunRef:
     async def send(self, message: Resume | Recover | Cancel) -> RunRef:
         """Deliver ``message`` to the run (see :meth:`ActorSystem.send`); returns a ref for its outcome."""
         return await self._runs.send(self.execution_id, message)
+
+    def events(self, *, since: int | None = None, tokens: bool = False) -> EventStream:
+        """The run's events (:mod:`actors.events`) as an async iterator (also an async context
+        manager that stops it); see ``docs/events.md``.
+
+        Durable events are read from the rows (any process can replay them): ``since=N`` yields
+        those of the stored rows from ``seq`` N on, then follows the run live; ``since=None``
+        starts where this ref's activation starts (see the class), or at the run's next row. It
+        ends at the first pause or run end it yields that is not older than the run's newest row
+        when it is first read. ``tokens=True`` adds the :class:`~actors.events.TextDelta` of
+        models streaming in this process (a slow reader loses those first, never durable events).
+        A bad ``since`` raises ``ValueError``; a run with no rows ``RunNotFound`` when read.
+        """
+        return self._runs.events(self.execution_id, since=since, tokens=tokens, start=self._start)
 
     async def result(self, *, timeout: float | None = None) -> RunResult:
         """Wait until the run pauses, completes or fails, and say how it stands.
@@ -94,6 +117,7 @@ class Runs:
         self._runtime = runtime
         self._store = store
         self._live: dict[str, RunActor] = {}
+        self._hub = EventHub()
         # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
         self._given: dict[str, Agent] = {_checked_runner(runner).name: runner for runner in runners}
         self._spawned: dict[str, Agent] = {}
@@ -142,13 +166,13 @@ class Runs:
             # One live owner: a resume of a run that is running here is refused before it runs anything.
             refused = Reply()
             refused.settle(None, AlreadyResumed(f"run {execution_id!r} is running in this process"))
-            return RunRef(self, execution_id, refused)
+            return RunRef(self, execution_id, refused, start=newest.seq + 1)
         if isinstance(run_message, Cancel) and live is not None:
             # A step in flight is cancelled at once and writes the marker; this Cancel queues behind
             # it and finds the run already failed.
             live.cancel_current(run_message.reason)
         reply = await self._deliver(store, runner, execution_id, run_message)
-        return RunRef(self, execution_id, reply)
+        return RunRef(self, execution_id, reply, start=newest.seq + 1)
 
     async def resume(
         self, execution_id: str, resume: Resume | None = None, *, timeout: float | None = None
@@ -193,6 +217,16 @@ class Runs:
         """Delete rows older than ``older_than`` by rule 10 of ``docs/durability.md``; returns rows deleted."""
         return await (await self._store()).prune(older_than)
 
+    def ref(self, execution_id: str) -> RunRef:
+        """A handle on a run of any process: ``result()`` and ``events()`` read the store."""
+        if not isinstance(execution_id, str) or not execution_id:
+            raise TypeError(f"ref() takes an execution_id (a non-empty str), not {execution_id!r}")
+        return RunRef(self, execution_id)
+
+    def events(self, execution_id: str, *, since: int | None, tokens: bool, start: int | None) -> EventStream:
+        """The event stream behind :meth:`RunRef.events`."""
+        return EventStream(self._store, self._hub, execution_id, since=since, tokens=tokens, start=start)
+
     async def status(self, execution_id: str) -> RunResult:
         """How the run stands according to its newest row (for a ref with nothing in flight)."""
         store = await self._store()
@@ -226,7 +260,9 @@ class Runs:
         reply = Reply()
 
         def activate() -> RunActor:
-            return RunActor(store=store, agent=runner, execution_id=execution_id, live=self._live)
+            return RunActor(
+                store=store, agent=runner, execution_id=execution_id, live=self._live, hub=self._hub
+            )
 
         await self._runtime.deliver(
             execution_id, activate, Request(message, reply), bindings={"execution_id": execution_id}
@@ -238,7 +274,7 @@ class Runs:
         await reply.started.wait()
         if reply.error is not None and reply.done.is_set():
             raise reply.error
-        return RunRef(self, execution_id, reply)
+        return RunRef(self, execution_id, reply, start=0)
 
 
 def _checked_runner(runner: object) -> Agent:

@@ -35,7 +35,7 @@ from stores import normalize_json as normalize
 from .._core import LOGGER, tether_logger
 from ._context import current_context
 
-__all__ = ["Tool", "ToolOutcome", "tool"]
+__all__ = ["Tool", "ToolOutcome", "is_tool_error", "tool"]
 
 _log = tether_logger()
 
@@ -43,6 +43,17 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params)\s*:\s*$")
 _GOOGLE_PARAM = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 _SPHINX_PARAM = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+#: How the content of a failed call reads after ``Tool '<name>' `` (the contents built below and the
+#: engine's missing-tool note): the events reader tells a failed call by them, from the rows alone.
+_ERROR_OPENINGS = ("got invalid arguments", "timed out after", "failed:", "returned a value that is not JSON")
+
+
+def is_tool_error(name: str, content: str) -> bool:
+    """Whether ``content``, the tool message of a call of ``name``, is one of the error contents."""
+    head = f"Tool '{name}' "
+    return content.startswith(head) and content[len(head) :].startswith(_ERROR_OPENINGS)
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,11 +9,12 @@ nothing, and the store plans it again.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 from .._model import BOOKKEEPING_STEPS, RUN_END
 
-__all__ = ["COLUMN_COUNT", "statements"]
+__all__ = ["COLUMN_COUNT", "notice_channel", "statements"]
 
 _COLS: Final = (
     "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
@@ -42,6 +43,9 @@ _LOG_ONCE: Final = (
     "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
 )
 _PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+# Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
+# commit; the payload is the id, cut to fit NOTIFY's limit). See ``stores.postgres._notices``.
+_NOTICE: Final = "pg_notify('{n}', left(r.execution_id, 1000))"
 
 _SQL: Final[dict[str, str]] = {
     "append": f"""
@@ -53,13 +57,16 @@ WITH r AS (
 ),
 p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
       (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
-SELECT count(*) FROM r""",
+SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
     # "append" for the common row (seq > 0, not run_end): a plain insert, without the seq-0 guard
     # (always true there) and the pending-row DELETE (deletes nothing there); same outcomes.
     "append_step": f"""
-INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
-WHERE {_GUARD}
-RETURNING true""",
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    WHERE {_GUARD}
+    RETURNING execution_id
+)
+SELECT true FROM (SELECT {_NOTICE} FROM r) n""",
     "pause": f"""
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
@@ -69,7 +76,7 @@ WITH r AS (
 ),
 q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
       SELECT r.execution_id, $22, $23, $24, $25, $26 FROM r)
-SELECT count(*) FROM r""",
+SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
     "claim": f"""
 WITH d AS (
     DELETE FROM {{s}}.pending_interrupts WHERE execution_id = $2 AND {_GUARD}
@@ -80,7 +87,8 @@ WITH d AS (
 )
 SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at,
        EXISTS (SELECT 1 FROM {{s}}.pending_interrupts x WHERE x.execution_id = $2) AS was_pending,
-       EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known
+       EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known,
+       (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS noticed
 FROM (SELECT 1) AS one LEFT JOIN d ON true""",
     "import": f"""
 WITH r AS (
@@ -114,7 +122,7 @@ WITH v AS (
     RETURNING checkpoint_id, execution_id, step_type
 ), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
       (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
-SELECT checkpoint_id FROM r""",
+SELECT checkpoint_id FROM (SELECT r.checkpoint_id, {_NOTICE} FROM r) n""",
     "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
     "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
     "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
@@ -123,8 +131,9 @@ SELECT checkpoint_id FROM r""",
     "WHERE c.execution_id = $1 AND c.seq < $2 ORDER BY c.seq DESC LIMIT 1",
     "get": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
     "WHERE c.execution_id = $1 AND c.checkpoint_id = $2",
-    "history": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM {{s}}.checkpoints c "
-    "WHERE c.execution_id = $1 ORDER BY c.seq",
+    # A page of the run's rows from seq $2 on ($3 at most; NULL: all); each log rides once.
+    "history": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM (SELECT * FROM {{s}}.checkpoints "
+    "WHERE execution_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3) c ORDER BY c.seq",
     "unsynced": f"SELECT {_C_COLS}, {_LOG_ONCE} FROM "
     "(SELECT * FROM {s}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1) c ORDER BY c.id",
     # pending(): a keyset range of pending_interrupts_created_idx, newest first; LIMIT NULL is no limit.
@@ -203,7 +212,13 @@ SELECT count(*) FROM c""",
 COLUMN_COUNT: Final = 21
 
 
+def notice_channel(schema: str) -> str:
+    """The NOTIFY channel of ``schema``'s rows: one per schema (a digest keeps it an identifier)."""
+    return "tether_rows_" + hashlib.blake2b(schema.encode(), digest_size=8).hexdigest()
+
+
 def statements(schema: str) -> dict[str, str]:
-    """Every statement with ``{s}`` replaced by the quoted ``schema`` (validated by the caller)."""
-    quoted = f'"{schema}"'
-    return {name: sql.replace("{s}", quoted) for name, sql in _SQL.items()}
+    """Every statement with ``{s}`` replaced by the quoted ``schema`` (validated by the caller) and
+    ``{n}`` by its notice channel."""
+    quoted, channel = f'"{schema}"', notice_channel(schema)
+    return {name: sql.replace("{s}", quoted).replace("{n}", channel) for name, sql in _SQL.items()}

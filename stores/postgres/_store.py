@@ -18,7 +18,7 @@ from typing import Any, Final
 import anyio
 import asyncpg
 
-from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_history_range, check_page
 from .._codec import (
     DEFAULT_MAX_ROW_BYTES,
     encode_cache_value,
@@ -43,6 +43,7 @@ from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utc
 from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
+from .._watch import RowWatch
 from ._appends import GroupAppends, Queued
 from ._connection import (
     LOST_ERRORS,
@@ -54,10 +55,11 @@ from ._connection import (
     unavailable,
 )
 from ._locks import OWNER_SQL, LivenessLock, owner_key
+from ._notices import RowNotices
 from ._outbox import Outbox
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schema import migrate
-from ._sql import statements
+from ._sql import notice_channel, statements
 
 __all__ = ["PostgresStore"]
 
@@ -106,6 +108,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         self._flushers = 0
         self._max_flushers = max_flushers
         self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
+        self._notices = RowNotices(dsn, notice_channel(schema), connect_timeout=connect_timeout)
 
     def __repr__(self) -> str:
         return f"PostgresStore({describe(self.dsn)}, schema={self.schema!r})"
@@ -143,6 +146,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         self._state = StoreState.CLOSED
         pool, self._pool = self._pool, None
         writers, self._writers = self._writers, []
+        await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._liveness.close()
             with anyio.move_on_after(_CLOSE_TIMEOUT):
@@ -305,13 +309,21 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             rec = await pool.fetchrow(self._sql["get"], execution_id, checkpoint_id)
         return None if rec is None else decode_one(rec)
 
-    async def history(self, execution_id: str) -> list[Checkpoint]:
-        """Every row in ``seq`` order (one round trip; each message log crosses the wire once)."""
+    async def history(
+        self, execution_id: str, *, since: int = 0, limit: int | None = None
+    ) -> list[Checkpoint]:
+        """The rows in ``seq`` order from ``since`` on, at most ``limit`` (one round trip; each
+        message log crosses the wire once)."""
         check_execution_id(execution_id)
+        check_history_range(since, limit)
         pool = await self._ready()
         with self._lost():
-            recs = await pool.fetch(self._sql["history"], execution_id)
+            recs = await pool.fetch(self._sql["history"], execution_id, since, limit)
         return decode_many(recs)
+
+    def watch(self, execution_id: str) -> RowWatch:
+        """A watch on the run woken by the rows' ``NOTIFY`` (any process), polling as a fallback."""
+        return self._notices.watch(execution_id)
 
     async def pending(
         self,

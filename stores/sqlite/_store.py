@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from .._base import BaseStore, LogMoved, Plan, StoreState, check_page
+from .._base import BaseStore, LogMoved, Plan, StoreState, check_history_range, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
     StoreUnavailable,
@@ -454,12 +454,15 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             )
         )
 
-    async def history(self, execution_id: str) -> list[Checkpoint]:
-        """Every row of the run in ``seq`` order."""
+    async def history(
+        self, execution_id: str, *, since: int = 0, limit: int | None = None
+    ) -> list[Checkpoint]:
+        """The rows of the run in ``seq`` order, from ``since`` on (at most ``limit``)."""
         check_execution_id(execution_id)
-        return await self._read(
-            lambda conn: rows_where(conn, Ctx(), "execution_id = ? ORDER BY seq", (execution_id,))
-        )
+        check_history_range(since, limit)
+        where = "execution_id = ? AND seq >= ? ORDER BY seq LIMIT ?"
+        args = (execution_id, since, -1 if limit is None else limit)
+        return await self._read(lambda conn: rows_where(conn, Ctx(), where, args))
 
     async def pending(
         self,

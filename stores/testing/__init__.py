@@ -3,7 +3,7 @@
 A store passes when it behaves like the protocol's docstrings and the rules of docs/durability.md say:
 ordering by ``seq``, the conflicts, pause and claim, re-entry, fork, prune (rule 10), the cache, the
 ownership lock and its lock-free read, the run heads, the outbox (when the store is a :class:`~stores.ReplicatedStore`), messages stored
-once, the JSON rule, the row size limit and the newer-schema refusal.
+once, history pages and watches, the JSON rule, the row size limit and the newer-schema refusal.
 
 Run it against your store by subclassing :class:`StoreConformance` in a test module::
 
@@ -32,6 +32,7 @@ check the ownership lock, concurrent writers and the schema refusal). ``options`
 
 from ._cache import CacheTests
 from ._factories import make_message, make_pending, make_row, resume_row, run_end_row
+from ._follow import FollowTests
 from ._heads import HeadsTests
 from ._json_rule import JsonRuleTests
 from ._locks import LockTests
@@ -63,5 +64,6 @@ class StoreConformance(
     OutboxTests,
     MessageTests,
     JsonRuleTests,
+    FollowTests,
 ):
     """The conformance suite. Subclass it and implement :meth:`make_store` (and the backend hooks)."""

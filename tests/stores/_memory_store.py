@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from stores._base import check_page, intent_key
+from stores._base import check_history_range, check_page, intent_key
 from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
 from stores._errors import (
     AlreadyResumed,
@@ -36,6 +36,7 @@ from stores._model import (
     utcnow,
 )
 from stores._reentry import resolve_forkable, resolve_reentry
+from stores._watch import RowWatch
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
 
@@ -201,9 +202,16 @@ class MemoryStore:
             return None
         return self.db.rows[where[0]][where[1]]
 
-    async def history(self, execution_id: str) -> list[Checkpoint]:
+    async def history(
+        self, execution_id: str, *, since: int = 0, limit: int | None = None
+    ) -> list[Checkpoint]:
         check_execution_id(execution_id)
-        return self._sorted(execution_id)
+        check_history_range(since, limit)
+        rows = [row for row in self._sorted(execution_id) if row.seq >= since]
+        return rows if limit is None else rows[:limit]
+
+    def watch(self, execution_id: str) -> RowWatch:
+        return RowWatch(execution_id)
 
     async def pending(
         self,
