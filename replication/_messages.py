@@ -24,11 +24,12 @@ class Arm(msgspec.Struct, frozen=True, tag="arm"):
 
 
 class Drained(msgspec.Struct, kw_only=True):
-    """What one drain did: rows sent (accepted), rows quarantined, POSTs made, and whether rows
-    stayed buffered because the plane could not take them now."""
+    """What one drain did: rows sent (accepted), rows quarantined, cache entries sent, POSTs made,
+    and whether rows stayed buffered because the plane could not take them now."""
 
     sent: int = 0
     quarantined: int = 0
+    cached: int = 0
     posts: int = 0
     buffered: bool = False
 

@@ -20,12 +20,12 @@ import anyio
 import msgspec
 
 from actors import Actor, ActorContext, ActorRef, ActorStopped, MailboxFull, Restart
-from stores import Checkpoint, ReplicatedStore, Store, StoreError, conversation_of
+from stores import CacheEntry, Checkpoint, ReplicatedStore, Store, StoreError, conversation_of
 
 from ._client import INGEST_PATH, Answer, Outcome, PlaneClient
 from ._messages import Arm, Drain, Drained, Kick, ReplicatorMessage, Tick
 from ._restore import restore_enabled, restore_into
-from ._wire import Conversations, Item
+from ._wire import CacheItem, Conversations, Item, cache_item
 
 __all__ = ["Replicator"]
 
@@ -136,7 +136,7 @@ class Replicator(Actor):
     # -- the actor --------------------------------------------------------------------------------
 
     async def on_start(self, ctx: ActorContext) -> None:
-        self._outbox()
+        await self._outbox().attach_replica()  # from now on prune keeps what the plane lacks
         self._ref = ctx.self
         self._conversations = Conversations()
         self._kick_queued = self._armed = self._waiting = False
@@ -193,6 +193,10 @@ class Replicator(Actor):
                     return done
                 if done.sent + done.quarantined == settled:
                     break  # only rows to send whole again were left: the next drain takes them
+            while entries := await box.fetch_unsynced_cache(self.batch_size):
+                if not await self._ship_cache(box, entries, done):
+                    done.buffered = True
+                    return done
         except (StoreError, OSError) as exc:
             _log.warning("replicator: the store could not be read or marked: %r; retrying later", exc)
             done.buffered = True
@@ -237,9 +241,38 @@ class Replicator(Actor):
                 self._wait(answer.retry_after)
                 return False
 
-    async def _post(self, items: list[Item]) -> Answer:
-        body = msgspec.json.encode({"checkpoints": items, "cache": []})
+    async def _post(self, items: list[Item], cache: Sequence[CacheItem] = ()) -> Answer:
+        body = msgspec.json.encode({"checkpoints": items, "cache": cache})
         return await self._client.ingest(body)
+
+    async def _ship_cache(self, box: Any, entries: Sequence[CacheEntry], done: Drained) -> bool:
+        """POST cache entries (after the rows); a refused one is dropped from the replica, logged."""
+        answer = await self._post(
+            [], [cache_item(e.execution_id, e.key, e.value, e.created_at) for e in entries]
+        )
+        done.posts += 1
+        match answer.outcome:
+            case Outcome.ACCEPTED:
+                pass
+            case Outcome.REFUSED if len(entries) > 1:
+                mid = len(entries) // 2
+                return await self._ship_cache(box, entries[:mid], done) and await self._ship_cache(
+                    box, entries[mid:], done
+                )
+            case Outcome.REFUSED:
+                _log.warning(
+                    "replicator: cache entry %s of run %s refused (HTTP %s: %s); it is not replicated",
+                    entries[0].key,
+                    entries[0].execution_id,
+                    answer.status,
+                    answer.explanation,
+                )
+            case _:
+                self._wait(answer.retry_after)
+                return False
+        await box.mark_cache_synced([(e.execution_id, e.key) for e in entries])
+        done.cached += len(entries)
+        return True
 
     async def _settle(
         self, box: Any, rows: Sequence[Checkpoint], items: list[Item], answer: Answer, done: Drained

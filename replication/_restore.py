@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from stores import HITL_PAUSE, INTERRUPTED, Checkpoint, PendingInterrupt, Store
+from stores import HITL_PAUSE, INTERRUPTED, CacheEntry, Checkpoint, PendingInterrupt, Store
 
 from ._client import PlaneClient
 from ._errors import PlaneError
@@ -84,7 +84,11 @@ async def restore_into(store: Any, execution_id: str, client: PlaneClient) -> Ch
             agent_path=newest.agent_path,
             created_at=newest.created_at,
         )
-    cache = [(entry.key, entry.value, entry.created_at) for entry in run.cache]
+    cache = [
+        CacheEntry(execution_id=execution_id, key=e.key, value=e.value, created_at=e.created_at)
+        for e in run.cache
+        if e.execution_id == execution_id
+    ]
     await store.import_run(execution_id, rows, cache, pending)
     _log.info(
         "restored run %s from the plane: %d rows, %d cache entries", execution_id, len(rows), len(cache)

@@ -151,6 +151,16 @@ class ReplicatedStore(Protocol):
         """Insert rows restored from the plane as already synced; existing ids are skipped. Returns
         how many were inserted."""
 
+    async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
+        """``@idempotent`` cache entries not yet shipped, oldest first."""
+
+    async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Mark cache entries, by ``(execution_id, key)``, shipped (idempotent; empty is a no-op)."""
+
+    async def attach_replica(self) -> None:
+        """Remember for good that a replicator serves this store: from then on ``prune`` never
+        deletes a row or cache entry the plane has not accepted."""
+
     async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
         """Every ``@idempotent`` cache entry of the run (oldest first)."""
 

@@ -29,6 +29,7 @@ __all__ = [
     "RunInfo",
     "bind",
     "bind_run",
+    "check_owner",
     "current_context",
     "current_resume",
     "current_run",
@@ -132,3 +133,11 @@ def bind_run(
             step=step,
         )
     )
+
+
+def check_owner(store: Store | None, execution_id: str) -> None:
+    """Refuse to start a tool or an ``@idempotent`` body for a run this process no longer owns
+    (``OwnershipLost``: its liveness lock was lost); a store without ownership has nothing to say."""
+    check = getattr(store, "check_owner", None)
+    if check is not None:
+        check(execution_id)

@@ -43,6 +43,7 @@ from stores import (
     TOOL_CALL,
     AlreadyResumed,
     Checkpoint,
+    OwnershipLost,
     PendingInterrupt,
     RunExists,
     SerializationError,
@@ -55,7 +56,7 @@ from ..models._intake import take_in
 from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
-from ._context import bind_run
+from ._context import bind_run, check_owner
 from ._errors import MaxTurnsExceeded, ResumeRequired
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
@@ -237,7 +238,7 @@ class RunEngine:
                     return await self._rerun_tool(turn, index, decision, after_pause)
         except _Paused as paused:
             return Paused(paused.pending)
-        except (AlreadyResumed, RunExists):
+        except (AlreadyResumed, RunExists, OwnershipLost):
             raise
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
@@ -251,7 +252,7 @@ class RunEngine:
             case Answered(output=output):
                 try:
                     return await self._end(COMPLETED, output=output)
-                except (AlreadyResumed, RunExists):
+                except (AlreadyResumed, RunExists, OwnershipLost):
                     raise
                 except Exception as error:
                     return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
@@ -314,6 +315,7 @@ class RunEngine:
             return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
+        check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
         try:
             with bind_run(
                 self.execution_id,

@@ -49,7 +49,7 @@ import anyio.from_thread
 from stores import IdempotencyError, Store, canonical_json, new_id
 from stores import normalize_json as normalize
 
-from ._context import RunContext, current_context
+from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
 
 __all__ = ["idempotency_key", "idempotent"]
@@ -169,6 +169,11 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
     if hit:
         _settle(flight, value=value)
         return True, value, None
+    try:
+        check_owner(call.store, call.execution_id)  # the body runs only while the run is ours
+    except BaseException as exc:
+        _settle(flight, error=exc)
+        raise
     return False, None, flight
 
 

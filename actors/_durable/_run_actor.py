@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import HITL_PAUSE, RUN_END, AlreadyResumed, RunExists, Store
+from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists, Store
 
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
@@ -72,6 +72,7 @@ class RunActor(Actor):
         self._log = StepLog(hub=hub, execution_id=execution_id, runner=agent.name)
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
+        self._abandoned = False
         self._deferred: deque[Request] = deque()
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -94,6 +95,20 @@ class RunActor(Actor):
         self._cancel_reason = reason
         self._scope.cancel()
         return True
+
+    def abandon(self) -> None:
+        """This process lost the run with its liveness lock: stop the activation at once and write
+        nothing (another process may be recovering the run; this is not a cancel)."""
+        self._abandoned = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _refuse_abandoned(self) -> None:
+        if self._abandoned:
+            raise OwnershipLost(
+                f"run {self.execution_id!r} was abandoned: this process lost its liveness lock, so "
+                "it stopped the run without writing (another process may be recovering it)"
+            )
 
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         if not isinstance(message, Request):
@@ -172,6 +187,7 @@ class RunActor(Actor):
         """The activation: its entry point, then its steps in order, the mailbox read between two."""
         step: Step | Outcome = await first()
         while not isinstance(step, Answered | Paused | Failed):
+            self._refuse_abandoned()
             self._between_steps(ctx)
             if self._cancel_reason is not None:
                 return await engine.cancel(self._cancel_reason)
@@ -201,10 +217,12 @@ class RunActor(Actor):
             raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
         try:
             self._cancel_reason = None
+            self._abandoned = False
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 result = await self._steps(ctx, engine, first)
             self._scope = None
+            self._refuse_abandoned()
             if scope.cancelled_caught:
                 return await engine.cancel(self._cancel_reason or "cancelled")
             return result

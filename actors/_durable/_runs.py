@@ -121,6 +121,7 @@ class Runs:
         # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
         self._given: dict[str, Agent] = {_checked_runner(runner).name: runner for runner in runners}
         self._spawned: dict[str, Agent] = {}
+        self._watched: set[int] = set()  # the stores whose lock loss this system listens for
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -256,7 +257,23 @@ class Runs:
             raise RunnerNotFound(name, execution_id=execution_id)
         return runner
 
+    def _abandon(self, execution_ids: list[str]) -> None:
+        """The store lost its liveness lock: stop every run of these that is live here, writing nothing."""
+        for execution_id in execution_ids:
+            live = self._live.get(execution_id)
+            if live is not None:
+                live.abandon()
+
+    def _watch(self, store: Store) -> None:
+        """Listen for the store losing its liveness lock (once per store; a store without
+        ownership has none to lose)."""
+        listen = getattr(store, "on_ownership_lost", None)
+        if listen is not None and id(store) not in self._watched:
+            self._watched.add(id(store))
+            listen(self._abandon)
+
     async def _deliver(self, store: Store, runner: Agent, execution_id: str, message: RunMessage) -> Reply:
+        self._watch(store)
         reply = Reply()
 
         def activate() -> RunActor:

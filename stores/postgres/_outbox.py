@@ -106,6 +106,35 @@ class Outbox:
             for r in recs
         ]
 
+    async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
+        """Cache entries not yet shipped, oldest first (one round trip)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["unsynced_cache"], limit)
+        return [
+            CacheEntry(
+                execution_id=r["execution_id"],
+                key=r["key"],
+                value=decode(r["value"]),
+                created_at=r["created_at"],
+            )
+            for r in recs
+        ]
+
+    async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Mark cache entries ``(execution_id, key)`` shipped (idempotent; empty is a no-op)."""
+        if not keys:
+            return
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(self._sql["mark_cache_synced"], [k[0] for k in keys], [k[1] for k in keys])
+
+    async def attach_replica(self) -> None:
+        """Remember, for good, that a replicator serves this store: prune keeps what is unsent."""
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(self._sql["attach_replica"])
+
     async def import_run(
         self,
         execution_id: str,

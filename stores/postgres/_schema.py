@@ -15,7 +15,7 @@ from .._errors import newer_schema
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -115,6 +115,16 @@ CREATE INDEX run_owners_queued_idx ON {s}.run_owners (since) WHERE owner IS NULL
 ALTER TABLE {s}.pending_interrupts ADD COLUMN expires_at timestamptz;
 CREATE INDEX pending_interrupts_expiry_idx ON {s}.pending_interrupts (expires_at)
     WHERE expires_at IS NOT NULL;
+""",
+    ),
+    # Cache entries ride the outbox too; ``replica`` remembers that a replicator was attached
+    # (prune then keeps what the plane has not accepted).
+    (
+        5,
+        """
+ALTER TABLE {s}.idempotency_cache ADD COLUMN synced boolean NOT NULL DEFAULT false;
+CREATE INDEX idempotency_cache_unsynced_idx ON {s}.idempotency_cache (created_at) WHERE NOT synced;
+CREATE TABLE {s}.replica (attached_at timestamptz NOT NULL);
 """,
     ),
 )

@@ -43,6 +43,8 @@ _LOG_ONCE: Final = (
     "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
 )
 _PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+# A row or cache entry prune may delete: sent, or the store was never attached to a replicator.
+_SENT: Final = "(synced OR NOT EXISTS (SELECT 1 FROM {s}.replica))"
 # Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
 # commit; the payload is the id, cut to fit NOTIFY's limit). See ``stores.postgres._notices``.
 _NOTICE: Final = "pg_notify('{n}', left(r.execution_id, 1000))"
@@ -173,14 +175,14 @@ SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorde
     "cache_entries": "SELECT key, value, created_at FROM {s}.idempotency_cache WHERE execution_id = $1 "
     "ORDER BY created_at, key",
     "run_known": "SELECT 1 FROM {s}.checkpoints WHERE execution_id = $1 LIMIT 1",
-    "import_cache": "INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at) "
-    "SELECT $1, k, v, t FROM unnest($2::text[], $3::json[], $4::timestamptz[]) AS u(k, v, t) "
+    "import_cache": "INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at, synced) "
+    "SELECT $1, k, v, t, true FROM unnest($2::text[], $3::json[], $4::timestamptz[]) AS u(k, v, t) "
     "ON CONFLICT DO NOTHING",
     "import_pending": f"INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS}) VALUES ($1, $2, $3, $4, $5, $6)",
     "existing_ids": "SELECT checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = ANY($1::text[])",
     # prune: the skeleton (stores._prune.PruneRow) of every run that has something older than $1.
     "prune_skeleton": f"""
-SELECT execution_id, seq, step_type, status, created_at < $1 AS old,
+SELECT execution_id, seq, step_type, status, (created_at < $1 AND {_SENT}) AS old,
        CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
             THEN node_input END AS node_input
 FROM {{s}}.checkpoints
@@ -188,7 +190,13 @@ WHERE execution_id IN (SELECT execution_id FROM {{s}}.checkpoints WHERE created_
                        UNION SELECT execution_id FROM {{s}}.idempotency_cache WHERE created_at < $1)
 ORDER BY execution_id, seq""",
     "prune_done_cache": "DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) "
-    "AND created_at < $2",
+    f"AND created_at < $2 AND {_SENT}",
+    "unsynced_cache": "SELECT execution_id, key, value, created_at FROM {s}.idempotency_cache "
+    "WHERE NOT synced ORDER BY created_at, execution_id, key LIMIT $1",
+    "mark_cache_synced": "UPDATE {s}.idempotency_cache c SET synced = true "
+    "FROM unnest($1::text[], $2::text[]) AS u(e, k) WHERE c.execution_id = u.e AND c.key = u.k",
+    "attach_replica": "INSERT INTO {s}.replica (attached_at) SELECT now() "
+    "WHERE NOT EXISTS (SELECT 1 FROM {s}.replica)",
     # The logs that lose a row carrying messages, with every chunk they hold now.
     "prune_logs": """
 SELECT l.execution_id, l.log_id, l.message_count, l.new_messages FROM {s}.checkpoints l

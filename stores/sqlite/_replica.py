@@ -1,5 +1,6 @@
-"""The SQLite half of restore-anywhere and the plane's reads: a run's cache entries, and importing
-a restored run (rows, cache entries, pending row) in one write transaction."""
+"""The SQLite half of replication beyond rows: the cache entries' outbox, the memory of having been
+attached to a replicator, a run's cache entries (the plane's reads), and importing a restored run
+(rows, cache entries, pending row) in one write transaction."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .._base import Plan
 from .._codec import MessageLogs, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
-from .._model import CacheEntry, Checkpoint, PendingInterrupt
+from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
 from ._rows import PENDING_COLUMNS, dt, ts
 
 __all__ = ["Replica"]
@@ -47,6 +48,46 @@ class Replica:
         assert isinstance(found, list)
         return found
 
+    async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
+        """Cache entries not yet shipped, oldest first."""
+
+        def run(conn: sqlite3.Connection) -> list[CacheEntry]:
+            cursor = conn.execute(
+                "SELECT execution_id, key, value, created_at FROM idempotency_cache WHERE synced = 0 "
+                "ORDER BY created_at, execution_id, key LIMIT ?",
+                (limit,),
+            )
+            return [
+                CacheEntry(execution_id=eid, key=key, value=decode(value), created_at=dt(created))
+                for eid, key, value, created in cursor
+            ]
+
+        found = await self._read(run)
+        assert isinstance(found, list)
+        return found
+
+    async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Mark cache entries ``(execution_id, key)`` shipped (idempotent; empty is a no-op)."""
+        if not keys:
+            return
+        pairs = list(keys)
+        await self._write(
+            lambda conn: conn.executemany(
+                "UPDATE idempotency_cache SET synced = 1 WHERE execution_id = ? AND key = ?", pairs
+            )
+        )
+
+    async def attach_replica(self) -> None:
+        """Remember, for good, that a replicator serves this store: prune keeps what is unsent."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO replica (attached_at) SELECT ? WHERE NOT EXISTS (SELECT 1 FROM replica)",
+                (ts(utcnow()),),
+            )
+
+        await self._write(run)
+
     async def import_run(
         self,
         execution_id: str,
@@ -79,7 +120,8 @@ class Replica:
                 for plan in plans:
                     self._insert(conn, plan, synced=1)
                 conn.executemany(
-                    "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
+                    "INSERT INTO idempotency_cache (execution_id, key, value, created_at, synced) "
+                    "VALUES (?, ?, ?, ?, 1) "
                     "ON CONFLICT (execution_id, key) DO NOTHING",
                     [(execution_id, *v) for v in values],
                 )

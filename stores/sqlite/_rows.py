@@ -61,8 +61,10 @@ _PRUNE_CANDIDATES: Final = (
     "SELECT DISTINCT execution_id FROM checkpoints WHERE created_at < ? "
     "UNION SELECT DISTINCT execution_id FROM idempotency_cache WHERE created_at < ?"
 )
+#: A row or cache entry prune may delete: sent, or the store was never attached to a replicator.
+SENT: Final = "(synced = 1 OR NOT EXISTS (SELECT 1 FROM replica))"
 _PRUNE_SKELETON: Final = (
-    "SELECT seq, step_type, status, created_at < ?, CASE WHEN step_type IN ("
+    f"SELECT seq, step_type, status, created_at < ? AND {SENT}, CASE WHEN step_type IN ("
     + ", ".join(f"'{step}'" for step in sorted(BOOKKEEPING_STEPS))
     + ") THEN node_input END FROM checkpoints WHERE execution_id = ? ORDER BY seq"
 )
@@ -193,7 +195,8 @@ def prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
         completed, seqs = doomed(eid, skeleton)
         if completed:
             conn.execute(
-                "DELETE FROM idempotency_cache WHERE execution_id = ? AND created_at < ?", (eid, cutoff)
+                f"DELETE FROM idempotency_cache WHERE execution_id = ? AND created_at < ? AND {SENT}",
+                (eid, cutoff),
             )
         if seqs:
             deleted += delete_rows(conn, eid, seqs)

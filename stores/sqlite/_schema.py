@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -35,6 +35,16 @@ def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
         ]
         rechunk_rows(conn, [found[2:] for found in group], bodies)
     conn.execute("DROP TABLE messages")
+
+
+def _cache_outbox(conn: sqlite3.Connection) -> None:
+    """Schema 6: cache entries get an outbox flag; ``replica`` remembers an attached replicator."""
+    if "synced" not in {found[1] for found in conn.execute("PRAGMA table_info(idempotency_cache)")}:
+        conn.execute("ALTER TABLE idempotency_cache ADD COLUMN synced INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS idempotency_cache_unsynced ON idempotency_cache (created_at) WHERE synced = 0"
+    )
+    conn.execute("CREATE TABLE IF NOT EXISTS replica (attached_at TEXT NOT NULL)")
 
 
 #: Versioned migrations: SQL statements or a function run in the migration transaction.
@@ -112,6 +122,9 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
         "ALTER TABLE pending_interrupts ADD COLUMN expires_at TEXT",
         "CREATE INDEX pending_interrupts_expiry ON pending_interrupts (expires_at) WHERE expires_at IS NOT NULL",
     ),
+    # Cache entries ride the outbox too; ``replica`` remembers that a replicator was attached
+    # (prune then keeps what the plane has not accepted).
+    6: _cache_outbox,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -135,3 +136,47 @@ class OutboxTests(ConformanceBase):
                 await box.import_run("run-x", rows, bad, None)
             assert await store.history("run-x") == []
             assert await box.cache_entries("run-x") == []
+
+    async def test_outbox_ships_cache_entries(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            await store.cache_put("run-c", "k1", {"charged": 1})
+            await anyio.sleep(0.002)
+            await store.cache_put("run-d", "k2", [1, 2])
+            found = await box.fetch_unsynced_cache(10)
+            assert [(e.execution_id, e.key, e.value) for e in found] == [
+                ("run-c", "k1", {"charged": 1}),
+                ("run-d", "k2", [1, 2]),
+            ]
+            assert (await box.fetch_unsynced_cache(1))[0].key == "k1"
+            await box.mark_cache_synced([("run-c", "k1"), ("no-such-run", "k")])
+            await box.mark_cache_synced([])
+            assert [e.key for e in await box.fetch_unsynced_cache(10)] == ["k2"]
+            await box.import_run(
+                "run-e",
+                [make_row("run-e", 0)],
+                [CacheEntry(execution_id="run-e", key="k", value=1, created_at=utcnow())],
+                None,
+            )
+            assert [e.key for e in await box.fetch_unsynced_cache(10)] == ["k2"]  # imported: already synced
+
+    async def test_prune_keeps_what_the_plane_has_not_accepted_once_attached(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            done = await self.completed_run(store, "done")
+            crashed = await self.crashed_run(store, "crashed")
+            await store.cache_put("done", "k", 1)
+            await box.mark_synced([done[0].checkpoint_id, crashed[0].checkpoint_id])
+            await box.attach_replica()
+            await box.attach_replica()  # idempotent
+            await anyio.sleep(0.01)
+            assert await store.prune(timedelta(0)) == 2
+            assert await store.history("done") == done[1:]
+            assert await store.history("crashed") == crashed[1:]
+            assert await store.cache_get("done", "k") is not None  # not accepted yet
+            await box.mark_synced([r.checkpoint_id for r in [*done, *crashed]])
+            await box.mark_cache_synced([("done", "k")])
+            assert await store.prune(timedelta(0)) == len(done) - 1 + 1
+            assert await store.history("done") == []
+            assert await store.cache_get("done", "k") is None
+            assert await store.history("crashed") == [crashed[2]]

@@ -43,6 +43,7 @@ class Faults:
     retry_after: str | None = None
     stall: float = 0.0  # seconds to wait before forwarding a POST
     posts: int = 0
+    gets: list[str] = field(default_factory=list)
     ids_seen: list[list[str]] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
 
@@ -56,6 +57,8 @@ class FaultLayer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
+            if scope["type"] == "http":
+                self.faults.gets.append(scope["path"])
             await self.inner(scope, receive, send)
             return
         chunks = []

@@ -55,6 +55,8 @@ class MemoryDatabase:
         self.pending: dict[str, PendingInterrupt] = {}
         self.cache: dict[tuple[str, str], tuple[Any, Any]] = {}
         self.locks: dict[str, int] = {}
+        self.cache_sent: set[tuple[str, str]] = set()
+        self.attached = False
         self.counter = itertools.count()
 
 
@@ -280,18 +282,25 @@ class MemoryStore:
     async def prune(self, older_than: timedelta) -> int:
         cutoff = utcnow() - older_than
         deleted = 0
-        for eid in list(self.db.rows):
+        db = self.db
+
+        def old(row: Checkpoint) -> bool:  # attached to a replicator: only what the plane accepted
+            return row.created_at < cutoff and (not db.attached or db.sync[row.checkpoint_id][0])
+
+        for eid in list(db.rows):
             rows = self._sorted(eid)
             newest = rows[-1]
             if newest.step_type == RUN_END and newest.status == COMPLETED:
-                doomed = [r for r in rows if r.created_at < cutoff]
-                for key in [k for k, (_, at) in self.db.cache.items() if k[0] == eid and at < cutoff]:
-                    del self.db.cache[key]
+                doomed = [r for r in rows if old(r)]
+                for key in [
+                    k
+                    for k, (_, at) in db.cache.items()
+                    if k[0] == eid and at < cutoff and (not db.attached or k in db.cache_sent)
+                ]:
+                    del db.cache[key]
             else:
                 keep = await self._reentry_chain(eid, rows)
-                doomed = [
-                    r for r in rows if r.status == COMPLETED and r.created_at < cutoff and r.seq not in keep
-                ]
+                doomed = [r for r in rows if r.status == COMPLETED and old(r) and r.seq not in keep]
             for row in doomed:
                 self._drop(row)
             deleted += len(doomed)
@@ -421,6 +430,22 @@ class MemoryStore:
             self._insert(row, synced=True)
         for entry in cache:
             self.db.cache.setdefault((execution_id, entry.key), (normalize(entry.value), entry.created_at))
+            self.db.cache_sent.add((execution_id, entry.key))
         if pending is not None:
             self.db.pending[execution_id] = pending
         return len(checked)
+
+    async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
+        sent = self.db.cache_sent
+        found = [
+            CacheEntry(execution_id=eid, key=key, value=value, created_at=created)
+            for (eid, key), (value, created) in self.db.cache.items()
+            if (eid, key) not in sent
+        ]
+        return sorted(found, key=lambda e: (e.created_at, e.execution_id, e.key))[:limit]
+
+    async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
+        self.db.cache_sent.update(k for k in keys if k in self.db.cache)
+
+    async def attach_replica(self) -> None:
+        self.db.attached = True

@@ -101,15 +101,22 @@ def nested_rows(execution_id: str) -> list[Checkpoint]:
     return rows
 
 
-async def _write_test_runs(backend: Backend, paused: list[str]) -> None:
-    """Paused refunds (the demo's runner, amount 50000), an orphaned refund at its first model
-    call, and the nested orphan :data:`NESTED`."""
+async def write_paused(backend: Backend, paused: list[str]) -> None:
+    """Paused refunds of the demo's runner (amount 50000)."""
     store: Store = backend.open()
     agent = demo_agent()
     async with store, ActorSystem(store, runners=[agent]) as system:
         for eid in paused:
             ref = await system.spawn(agent, "Refund order 1042, amount 50000", execution_id=eid)
             assert (await ref.result(timeout=30)).status == "paused"
+
+
+async def _write_test_runs(backend: Backend, paused: list[str]) -> None:
+    """Paused refunds (the demo's runner, amount 50000), an orphaned refund at its first model
+    call, and the nested orphan :data:`NESTED`."""
+    await write_paused(backend, paused)
+    store: Store = backend.open()
+    async with store:
         for row in nested_rows("nested"):
             await store.append(row)
         first = Checkpoint(

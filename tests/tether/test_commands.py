@@ -6,13 +6,16 @@ function); the exit statuses and the progress line are also checked through the 
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
 import subprocess
+import threading
 from pathlib import Path
 
-from _cli_support import NESTED, RUNNER, TETHER, console, demo_store, tether
+import anyio
+from _cli_support import NESTED, RUNNER, TETHER, console, demo_store, tether, url_of, write_paused
 from conftest import Backend
 
 
@@ -219,3 +222,52 @@ def test_bench_runs_a_benchmark_of_the_checkout(tmp_path: Path) -> None:
     assert failed.code == 1 and failed.err.splitlines()[-1] == (
         "bench: benchmarks.mailbox exited with status 2"
     ), failed
+
+
+def test_show_follows_a_run_into_its_next_leg(store_backend: Backend, tmp_path: Path) -> None:
+    url = url_of(store_backend)
+    anyio.run(write_paused, store_backend, ["wait-1", "wait-2"])
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
+    started = [
+        subprocess.Popen(
+            [str(TETHER), "show", eid, *extra, "--follow", "--store", url],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for eid, extra in (("wait-1", ["--json"]), ("wait-2", []))
+    ]
+    # A hung follower is killed (its reads below then end), so the test fails instead of hanging.
+    watchdog = threading.Timer(90, lambda: [proc.kill() for proc in started])
+    watchdog.start()
+    try:
+        as_json, as_text = started
+        assert as_json.stdout is not None and as_text.stdout is not None
+        replayed = [json.loads(as_json.stdout.readline()) for _ in range(3)]  # replay to the pause
+        assert [e["type"] for e in replayed] == ["step_started", "step_started", "paused"]
+        while True:  # the text form: the table, whose last row is the pause
+            line = as_text.stdout.readline()
+            assert line, "the text follower ended before printing its table"
+            if line.startswith("2 "):
+                break
+        for eid in ("wait-1", "wait-2"):
+            assert tether(url, "approve", eid, "--runner", RUNNER).code == 0
+        json_out, _ = as_json.communicate(timeout=60)
+        text_out, _ = as_text.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+    assert (as_json.returncode, as_text.returncode) == (0, 0)
+    live = [json.loads(line) for line in json_out.splitlines()]
+    assert [e["type"] for e in live] == ["resumed", "tool_finished", "step_started", "run_ended"]
+    assert live[-1]["status"] == "completed" and live[0]["resume"]["approved"] is True
+    lines = text_out.splitlines()
+    assert [line.split()[1] for line in lines] == ["Resumed", "ToolFinished", "StepStarted", "RunEnded"]
+    assert "completed · Done:" in lines[-1]
+    # A completed run has nothing more to follow: the command ends at once.
+    done = tether(url, "show", "wait-1", "--follow")
+    assert done.code == 0 and done.out.splitlines()[-1].split()[1] == "run_end"

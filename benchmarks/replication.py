@@ -1,0 +1,178 @@
+"""What replication costs: rows/s shipped to the reference plane, and the step rate with and without it.
+
+    python -m benchmarks.replication [--rows 4000] [--runs 640] [--concurrency 64] [--rounds 5] [--tiny]
+
+Everything on loopback in one process: the reference plane (:mod:`replication.plane`, uvicorn in
+its own thread and event loop, storing into SQLite) and the local SQLite store (WAL,
+``synchronous=FULL``), a fresh file per measurement.
+
+* throughput: ``--rows`` rows of small refunds (4 rows a run) are written first, then a
+  :class:`~replication.Replicator` is attached and the clock runs until the outbox is empty; the
+  rows are then read back from the plane and compared with the local ones. Shown beside the rate
+  at which the same rows were written locally (``ratio`` = shipped / written).
+* step rate: ``--runs`` small refunds, ``--concurrency`` in flight, with no replicator and with one
+  connected to the plane (each commit kicks it; it drains while the runs go on), interleaved over
+  ``--rounds`` rounds, medians. Target: with the replicator at least 0.90x the rate without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+
+from actors import ActorSystem
+from benchmarks._common import Target, interleaved, median, print_targets
+from replication import Replicator
+from stores import SQLiteStore, open_store
+from tether._refund import RefundBot
+
+PROMPT = "Refund order 1042 for 20"
+KEY = "bench-key"
+
+
+@contextmanager
+def plane(workdir: Path) -> Iterator[tuple[str, str]]:
+    """The reference plane on 127.0.0.1:<ephemeral>; yields its URL and its store URL."""
+    import uvicorn
+
+    from replication.plane import create_app, tenant_store_url
+
+    base = f"sqlite:///{workdir / 'plane.db'}"
+    app = create_app({KEY: "bench"}, lambda tenant: open_store(tenant_store_url(base, tenant)))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tenant_store_url(base, "bench")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+async def refunds(system: ActorSystem, agent: object, runs: int, concurrency: int, tag: str) -> float:
+    """``runs`` small refunds, ``concurrency`` in flight; runs per second."""
+    ids = iter(range(runs))
+
+    async def worker() -> None:
+        for i in ids:
+            ref = await system.spawn(agent, PROMPT, execution_id=f"{tag}-{i}")  # type: ignore[arg-type]
+            result = await ref.result(timeout=60)
+            if result.status != "completed":
+                raise RuntimeError(f"run {tag}-{i} ended {result.status}: {result.error}")
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    return runs / (time.perf_counter() - started)
+
+
+async def throughput(url: str, plane_store: str, workdir: Path, rows: int) -> tuple[float, float]:
+    """(rows/s written locally, rows/s shipped to the plane), verified against the plane's copy."""
+    agent = RefundBot().agent()
+    store = SQLiteStore(workdir / "outbox.db")
+    runs = rows // 4
+    async with ActorSystem(store, runners=[agent]) as system:
+        written = await refunds(system, agent, runs, 16, "t") * 4
+    warm = SQLiteStore(workdir / "warm.db")  # the plane opens its tenant's store on first use
+    async with ActorSystem(warm, runners=[agent], replicator=Replicator(url, KEY)) as system:
+        await refunds(system, agent, 1, 1, "warm")
+    await warm.close()
+    replicator = Replicator(url, KEY)
+    started = time.perf_counter()
+    async with ActorSystem(store, replicator=replicator):
+        while await store.fetch_unsynced(1):  # noqa: ASYNC110 (the replicator's work)
+            await anyio.sleep(0.005)
+        shipped = runs * 4 / (time.perf_counter() - started)
+    remote = open_store(plane_store)
+    try:
+        for i in range(runs):
+            if await remote.history(f"t-{i}") != await store.history(f"t-{i}"):
+                raise RuntimeError(f"run t-{i} differs at the plane")
+    finally:
+        await remote.close()
+        await store.close()
+    return written, shipped
+
+
+async def main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory() as tmp, plane(Path(tmp)) as (url, plane_store):
+        workdir = Path(tmp)
+        written, shipped = await throughput(url, plane_store, workdir, args.rows)
+        agent = RefundBot().agent()
+        counter = iter(range(1_000_000))
+
+        async def measure(replicated: bool) -> float:
+            n = next(counter)
+            store = SQLiteStore(workdir / f"steps-{n}.db")
+            replicator = Replicator(url, KEY) if replicated else None
+            try:
+                async with ActorSystem(store, runners=[agent], replicator=replicator) as system:
+                    rate = await refunds(system, agent, args.runs, args.concurrency, f"s{n}")
+                    if replicator is not None:
+                        await replicator.drain(timeout=120)
+                        if await store.fetch_unsynced(1):
+                            raise RuntimeError("rows were left unsent")
+                return rate * 4  # steps (rows) per second
+            finally:
+                await store.close()
+
+        async def plain() -> float:
+            return await measure(False)
+
+        async def connected() -> float:
+            return await measure(True)
+
+        samples = await interleaved(args.rounds, {"plain": plain, "connected": connected})
+    print(f"replication to the reference plane on loopback (SQLite both sides, {args.rows} rows)")
+    print(
+        f"rows/s shipped end to end: {shipped:,.0f} (written locally: {written:,.0f}/s, {shipped / written:.2f}x)"
+    )
+    ok = print_targets(
+        f"step rate, {args.runs} small refunds x {args.rounds} rounds, {args.concurrency} in flight (steps/s)",
+        [
+            Target(
+                f"{args.concurrency} concurrent refunds",
+                median(samples["connected"]),
+                median(samples["plain"]),
+                0.90,
+                "with a replicator / without",
+            )
+        ],
+        ours="replicated",
+        base="plain",
+    )
+    print("every run completed; every row reached the plane as it was written")
+    return 0 if ok or args.tiny else 1
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--runs", type=int, default=640)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tiny", action="store_true", help="a smoke test: tiny sizes, no target check")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.rows, args.runs, args.concurrency, args.rounds = 40, 16, 4, 1
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse())))

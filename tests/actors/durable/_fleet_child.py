@@ -1,0 +1,99 @@
+"""A child process for the ownership and fleet tests.
+
+Usage: ``python _fleet_child.py MODE BACKEND TARGET SCHEMA WORKDIR [ARG]``.
+
+The runner ``fleet-refund`` makes one sync tool call, ``refund``, then answers. The tool writes
+``WORKDIR/entered-<pid>``, waits (at most 60 s) until ``WORKDIR/go`` exists when ``WORKDIR/hold``
+exists, then charges through a sync ``@idempotent`` function that appends ``<execution_id> <pid>``
+to ``WORKDIR/charges``.
+
+Modes: ``own ID`` spawns run ID and prints ``{"lock_pid": ...}`` (the PostgreSQL backend pid of its
+lock connection, or null), then the outcome of the run; ``recover ID`` resumes run ID (retrying
+while a live owner holds it) and prints the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from actors import ActorSystem, Agent, idempotent, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import AlreadyResumed, PostgresStore, SQLiteStore, Store
+
+NAME = "fleet-refund"
+
+
+def agent(workdir: Path) -> Agent:
+    """One ``refund`` tool call, then an answer quoting it."""
+
+    @idempotent
+    def charge(order: str) -> str:
+        with (workdir / "charges").open("a") as out:
+            out.write(f"{order} {os.getpid()}\n")
+        return f"charged {order}"
+
+    @tool
+    def refund(order: str) -> str:
+        """Refund an order (waits for WORKDIR/go while WORKDIR/hold exists)."""
+        (workdir / f"entered-{os.getpid()}").touch()
+        deadline = time.monotonic() + 60
+        while (workdir / "hold").exists() and not (workdir / "go").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("no go within 60 s")
+            time.sleep(0.005)
+        return charge(order)
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("refund", {"order": messages[-1].content})])
+
+    return Agent(NAME, FunctionModel(model), tools=[refund])
+
+
+def open_store(backend: str, target: str, schema: str) -> Store:
+    return SQLiteStore(target) if backend == "sqlite" else PostgresStore(target, schema=schema)
+
+
+def say(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+async def main(mode: str, backend: str, target: str, schema: str, workdir: str, *rest: str) -> None:
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    store = open_store(backend, target, schema)
+    runner = agent(Path(workdir))
+    async with store, ActorSystem(store, runners=[runner]) as system:
+        if mode == "own":
+            ref = await system.spawn(runner, rest[0], execution_id=rest[0])
+            conn = getattr(store, "_lock_conn", None)
+            say(lock_pid=None if conn is None else conn.get_server_pid())
+            try:
+                result = await ref.result(timeout=90)
+            except Exception as error:
+                say(outcome=type(error).__name__, error=str(error))
+            else:
+                say(outcome=result.status)
+            await anyio.sleep(0.5)  # time for a zombie write, if the run were not stopped
+        elif mode == "recover":
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        result = await system.resume(rest[0], timeout=60)
+                    except AlreadyResumed:
+                        await anyio.sleep(0.02)
+                        continue
+                    break
+            say(outcome=result.status, output=result.output)
+
+
+if __name__ == "__main__":
+    anyio.run(main, *sys.argv[1:])
