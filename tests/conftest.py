@@ -28,6 +28,31 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+#: The fixtures that reach the server through ``pg_schema`` (``store_backend`` asks for it when its
+#: parameter is ``postgres``). A test may also ask for ``pg_schema`` itself with
+#: ``request.getfixturevalue`` (the proofs' ``_pg`` helper does).
+_PG_FIXTURES = frozenset({"pg_schema", "store_backend"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test marked ``postgres`` reaches the server through ``pg_schema`` (directly or through a
+    fixture built on it), so without the server it skips (or fails with ``REQUIRE_POSTGRES=1``)
+    instead of failing; a test that takes ``pg_schema`` unmarked is marked here, so that
+    ``-m "not postgres"`` leaves it out."""
+    wrong: list[str] = []
+    for item in items:
+        marked = item.get_closest_marker("postgres") is not None
+        names = getattr(item, "fixturenames", ())
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        asks = code is not None and not {"getfixturevalue", "_pg"}.isdisjoint(code.co_names)
+        if marked and _PG_FIXTURES.isdisjoint(names) and not asks:
+            wrong.append(f"{item.nodeid}: marked postgres but does not take pg_schema")
+        elif not marked and "pg_schema" in names:
+            item.add_marker(pytest.mark.postgres)  # so that -m "not postgres" leaves it out
+    if wrong:
+        raise pytest.UsageError("PostgreSQL tests must skip the way conftest says:\n  " + "\n  ".join(wrong))
+
+
 def pg_base_dsn() -> str:
     """The DSN of the test database (``TETHER_PG_DSN`` overrides the default)."""
     return os.environ.get("TETHER_PG_DSN", DEFAULT_PG_DSN)

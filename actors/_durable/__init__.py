@@ -6,9 +6,16 @@ actor in ``_run_actor`` and the public operations in ``_runs``. The rules and th
 code cites are those of ``docs/durability.md``.
 """
 
-from ._agent import Agent, Runner
+from ._agent import Agent
 from ._context import current_run
-from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, SideEffectInDoubt, ToolNotFound
+from ._errors import (
+    HandoffLimitExceeded,
+    MaxTurnsExceeded,
+    ResumeRequired,
+    RunnerNotFound,
+    SideEffectInDoubt,
+    ToolNotFound,
+)
 from ._idempotent import idempotency_key, idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
@@ -16,10 +23,12 @@ from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
 from ._tools import tool
+from .topologies import Runner, Supervisor, Swarm
 
 __all__ = [
     "Agent",
     "Cancel",
+    "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "Recover",
     "Resume",
@@ -31,6 +40,8 @@ __all__ = [
     "RunnerNotFound",
     "Runs",
     "SideEffectInDoubt",
+    "Supervisor",
+    "Swarm",
     "ToolNotFound",
     "current_run",
     "idempotency_key",

@@ -191,11 +191,12 @@ class EventStream:
         self._read_due = True
         self._done = False
         self._closed = False
+        self._dropped = 0  # dropped_text, kept when the stream closes
 
     @property
     def dropped_text(self) -> int:
         """How many text deltas this reader lost because it read too slowly."""
-        return self._sub.dropped_text if self._sub is not None else 0
+        return self._sub.dropped_text if self._sub is not None else self._dropped
 
     def __aiter__(self) -> Self:
         return self
@@ -232,6 +233,7 @@ class EventStream:
         self._closed = True
         sub, self._sub = self._sub, None
         if sub is not None:
+            self._dropped = sub.dropped_text
             self._hub.unsubscribe(self.execution_id, sub)
             if sub.watch is not None:
                 sub.watch.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from .._errors import (
@@ -107,6 +109,27 @@ class PauseTests(ConformanceBase):
             claim = resume_row("run-a", 4, rows[-1])
             assert await store.claim(claim) == pending
             assert await store.history("run-a") == [*rows, squatter, claim]
+
+    async def test_a_valid_claim_racing_a_failing_one_in_one_process_wins(self, store: Store) -> None:
+        with self.bounded():
+            rows, pending = await self.paused_run(store, "run-a")
+            squatter = make_row("run-a", 3, rows[-1].node_id, step_type=RECOVER, node_input={REENTRY_SEQ: 2})
+            await store.append(squatter)
+            outcomes: dict[str, object] = {}
+
+            async def attempt(name: str, seq: int) -> None:
+                try:
+                    outcomes[name] = await store.claim(resume_row("run-a", seq, rows[-1], by=name))
+                except AlreadyResumed as exc:  # WriteConflict is one
+                    outcomes[name] = type(exc)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(attempt, "stale", 3)  # its seq is taken: it fails in the database
+                await anyio.lowlevel.checkpoint()  # it is in flight now
+                group.start_soon(attempt, "valid", 4)
+            assert outcomes == {"stale": WriteConflict, "valid": pending}
+            assert await store.pending("run-a") == []
+            assert (await store.history("run-a"))[-1].seq == 4
 
     async def test_cancel_of_a_paused_run_deletes_its_pending_row(self, store: Store) -> None:
         with self.bounded():

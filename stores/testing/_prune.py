@@ -7,6 +7,8 @@ from datetime import timedelta
 import anyio
 
 from .._model import (
+    FAILED,
+    HITL_PAUSE,
     RECOVER,
     REENTRY_SEQ,
     Cached,
@@ -93,11 +95,31 @@ class PruneTests(ConformanceBase):
             await self.write(store, [*aged, run_end_row("old", 3)])
             fresh = await self.completed_run(store, "fresh")
             crashed = await self.crashed_run(store, "crashed")
-            assert await store.prune(timedelta(days=1)) >= 3
-            assert [r.seq for r in await store.history("old")] in ([], [3])
+            assert await store.prune(timedelta(days=1)) == 3
+            assert [r.seq for r in await store.history("old")] == [3]  # the marker is not old
             assert await store.history("fresh") == fresh
             assert await store.history("crashed") == crashed
             assert await store.prune(timedelta(days=365)) == 0
+
+    async def test_prune_never_deletes_a_pause_the_walk_no_longer_reads(self, store: Store) -> None:
+        with self.bounded():
+            # Paused, claimed, went on and crashed (or failed): the old pause is off the re-entry
+            # walk, and still prune keeps it, in both shapes of a run that has not completed.
+            for eid, end in (("crashed", None), ("failed", FAILED)):
+                rows, _ = await self.paused_run(store, eid)
+                claim = resume_row(eid, 3, rows[-1])
+                await store.claim(claim)
+                later = [make_row(eid, 4, step_index=1)]
+                if end is not None:
+                    later.append(run_end_row(eid, 5, end))
+                await self.write(store, later)
+            await anyio.sleep(0.01)
+            await store.prune(timedelta(0))
+            for eid in ("crashed", "failed"):
+                kept = await store.history(eid)
+                assert [r.step_type for r in kept if r.step_type == HITL_PAUSE] == [HITL_PAUSE], eid
+            assert [r.seq for r in await store.history("crashed")] == [2, 4]
+            assert [r.seq for r in await store.history("failed")] == [2, 4, 5]
 
     async def test_prune_keeps_messages_of_surviving_rows(self, store: Store) -> None:
         with self.bounded():

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Backend, pg_base_dsn
+from conftest import Backend
 
 from stores import (
     HITL_PAUSE,
@@ -142,20 +142,23 @@ def _closed_port() -> int:
     return port
 
 
-@pytest.mark.postgres
 async def test_unreachable_dsn_is_store_unavailable_quickly() -> None:
-    dsn = f"postgresql://postgres@127.0.0.1:{_closed_port()}/test"
+    port = _closed_port()
+    dsn = f"postgresql://postgres@127.0.0.1:{port}/test"
     store = PostgresStore(dsn, schema="t_unreachable")
     started = time.monotonic()
     try:
         with anyio.fail_after(30):
-            with pytest.raises(StoreUnavailable):
+            with pytest.raises(StoreUnavailable) as info:
                 await store.setup()
     finally:
         with anyio.move_on_after(5):
             await store.close()
     assert time.monotonic() - started < 10
-    assert pg_base_dsn()  # the good DSN is untouched by this test
+    assert str(info.value) == (
+        f"cannot reach PostgreSQL at 127.0.0.1:{port}/test: connection refused "
+        "(is the server running and accepting TCP connections there?)"
+    )
 
 
 @pytest.mark.parametrize("content", [os.urandom(4096), b"not a database, just notes\n" * 40])

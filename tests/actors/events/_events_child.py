@@ -1,6 +1,6 @@
 """A child process for the events tests: it drives one leg of a run and prints the leg's events.
 
-Usage: ``python _events_child.py MODE BACKEND TARGET SCHEMA EXECUTION_ID``; every event is printed as
+Usage: ``python _events_child.py MODE BACKEND TARGET SCHEMA EXECUTION_ID [BASE_URL]``; every event is printed as
 one NDJSON line (``actors.events.encode_event``) the moment it is read, then ``END``.
 
 MODE ``leg1``: spawn the approval run and print the spawn ref's events (they end at the pause).
@@ -9,6 +9,8 @@ MODE ``leg1``: spawn the approval run and print the spawn ref's events (they end
 drive), after ``READY`` once the stream has fixed where it starts. ``stream``: spawn the streaming run, printing text deltas too; its
 model streams three chunks, then hangs (the test kills this process). ``recover``: crash recovery
 of the streaming run from here, with text deltas; the model streams its whole answer.
+``openai`` / ``openai-recover``: the same two legs with ``OpenAIChat(stream=True)`` against the
+server at BASE_URL (the test's server decides where the stream stops), and a ``lookup`` tool.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import anyio
 
 from actors import ActorSystem, Agent, Recover, Resume, RunRef, interrupt, tool
 from actors.events import encode_event
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from actors.models import FunctionModel, Message, ModelReply, OpenAIChat, ToolCall
 from stores import PostgresStore, SQLiteStore, Store
 
 CHUNKS = ["The ", "refund ", "is ", "on ", "its ", "way."]
@@ -68,6 +70,16 @@ def streaming_agent(hang: bool) -> Agent:
     return Agent("streamer", FunctionModel(model))
 
 
+def openai_agent(base_url: str) -> Agent:
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: 30 EUR"
+
+    model = OpenAIChat("test-model", base_url=base_url, api_key="test-key", stream=True, max_retries=0)
+    return Agent("streamer", model, tools=[lookup])
+
+
 async def print_events(ref: RunRef, *, tokens: bool = False, ready: bool = False) -> None:
     async with ref.events(tokens=tokens) as events:
         if ready:
@@ -77,9 +89,16 @@ async def print_events(ref: RunRef, *, tokens: bool = False, ready: bool = False
     print("END", flush=True)
 
 
-async def main(mode: str, backend: str, target: str, schema: str, execution_id: str) -> None:
+async def main(
+    mode: str, backend: str, target: str, schema: str, execution_id: str, base_url: str = ""
+) -> None:
     store: Store = SQLiteStore(target) if backend == "sqlite" else PostgresStore(target, schema=schema)
-    runner = streaming_agent(hang=mode == "stream") if mode in ("stream", "recover") else approval_agent()
+    if mode.startswith("openai"):
+        runner = openai_agent(base_url)
+    elif mode in ("stream", "recover"):
+        runner = streaming_agent(hang=mode == "stream")
+    else:
+        runner = approval_agent()
     with anyio.fail_after(90):
         async with store, ActorSystem(store, runners=[runner]) as system:
             if mode == "leg1":
@@ -88,12 +107,12 @@ async def main(mode: str, backend: str, target: str, schema: str, execution_id: 
                 await print_events(await system.send(execution_id, Resume(approved=True)))
             elif mode == "follow":
                 await print_events(system.ref(execution_id), ready=True)
-            elif mode == "stream":
+            elif mode in ("stream", "openai"):
                 ref = await system.spawn(runner, "where is my refund?", execution_id=execution_id)
                 await print_events(ref, tokens=True)
-            elif mode == "recover":
+            elif mode in ("recover", "openai-recover"):
                 await print_events(await system.send(execution_id, Recover()), tokens=True)
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:6])
+    anyio.run(main, *sys.argv[1:7])

@@ -35,9 +35,9 @@ class Child:
         self._buffer = b""
 
     @classmethod
-    async def start(cls, mode: str, backend: Backend, execution_id: str) -> Child:
+    async def start(cls, mode: str, backend: Backend, execution_id: str, *extra: str) -> Child:
         process = await anyio.open_process(
-            [sys.executable, str(CHILD), mode, *backend.child_args(), execution_id]
+            [sys.executable, str(CHILD), mode, *backend.child_args(), execution_id, *extra]
         )
         return cls(process)
 

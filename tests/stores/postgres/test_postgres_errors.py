@@ -1,4 +1,4 @@
-"""What a PostgresStore that cannot work says, against the real server: each cause by name.
+"""What a PostgresStore that cannot work says, each cause by name (against the real server where one is needed).
 
 An unreachable server, a refused login, a missing database and a missing permission are each a
 ``StoreUnavailable`` whose message names the cause; a libpq keyword DSN is read, or refused by the
@@ -7,6 +7,7 @@ keyword's name; reserved schemas are refused before any connection.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,8 +21,10 @@ from conftest import PgSchema
 from stores import InvalidStoreURL, PostgresStore, StoreError, StoreUnavailable
 from stores.testing import make_row
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+pytestmark = pytest.mark.anyio
 schema = schema_fixture
+#: The tests that talk to the server (the others need none, so they run without it).
+server = pytest.mark.postgres
 
 
 async def _refusal(dsn: str, schema: str = "tether") -> str:
@@ -43,12 +46,13 @@ def _with(user: str | None = None, database: str | None = None, port: int | None
     return urlunsplit((parts.scheme, netloc, f"/{database or parts.path.lstrip('/')}", "", ""))
 
 
-async def test_an_unreachable_server_is_named_as_such(pg_schema: PgSchema) -> None:
+async def test_an_unreachable_server_is_named_as_such() -> None:
     message = await _refusal(_with(port=closed_port()))
     assert message.startswith("cannot reach PostgreSQL at 127.0.0.1:")
     assert "connection refused" in message and "is the server running" in message
 
 
+@server
 async def test_a_refused_login_names_the_role(pg_schema: PgSchema) -> None:
     role = f"ghost_{uuid.uuid4().hex[:8]}"
     message = await _refusal(_with(user=role))
@@ -56,6 +60,7 @@ async def test_a_refused_login_names_the_role(pg_schema: PgSchema) -> None:
     assert f'role "{role}" does not exist' in message
 
 
+@server
 async def test_a_missing_database_is_named(pg_schema: PgSchema) -> None:
     database = f"nodb_{uuid.uuid4().hex[:8]}"
     message = await _refusal(_with(database=database))
@@ -77,12 +82,14 @@ async def weak_role(pg_schema: PgSchema) -> AsyncIterator[str]:
         await conn.close()
 
 
+@server
 async def test_a_missing_permission_names_the_role_and_the_need(weak_role: str, schema: str) -> None:
     message = await _refusal(_with(user=weak_role), schema=schema)
     assert f"role {weak_role!r} lacks a permission on PostgreSQL at" in message
     assert "permission denied for database" in message and "needs CREATE on the database" in message
 
 
+@server
 async def test_a_keyword_dsn_is_read_and_a_bad_keyword_refused_by_name(schema: str) -> None:
     from urllib.parse import urlsplit
 
@@ -100,6 +107,24 @@ async def test_a_keyword_dsn_is_read_and_a_bad_keyword_refused_by_name(schema: s
         PostgresStore("localhost", schema=schema)
     with pytest.raises(TypeError, match="not bytes"):
         PostgresStore(b"postgresql://x@y/z", schema=schema)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", "1abc", "a-b", 'x"; DROP TABLE y; --', "a b", "é", "a" * 64])
+def test_schema_name_is_validated(bad: str) -> None:
+    with pytest.raises(StoreError, match="schema"):
+        PostgresStore(DSN, schema=bad)
+
+
+async def test_unreachable_dsn_is_store_unavailable_quickly_without_password() -> None:
+    store = PostgresStore(f"postgresql://postgres:s3cret@127.0.0.1:{closed_port()}/test", connect_timeout=2)
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        await store.latest("x")
+    assert time.monotonic() - start < 3
+    assert "127.0.0.1" in str(info.value) and "s3cret" not in str(info.value)
+    with pytest.raises(StoreUnavailable):
+        await store.try_lock("x")
+    await store.close()
 
 
 @pytest.mark.parametrize("name", ["pg_catalog", "pg_toast", "pg_mine", "PG_x", "information_schema"])
