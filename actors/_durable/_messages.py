@@ -22,6 +22,7 @@ __all__ = [
     "Answered",
     "Cancel",
     "Failed",
+    "GiveUp",
     "Outcome",
     "Paused",
     "Recover",
@@ -88,7 +89,14 @@ class Cancel(msgspec.Struct, tag="cancel", frozen=True):
     reason: str = "cancelled"
 
 
-RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel
+class GiveUp(msgspec.Struct, tag="give_up", frozen=True):
+    """End a run that was recovered too often without a new step: a failed ``run_end`` whose error
+    is ``error`` (reason ``max_recoveries``). Sent by the fleet's sweep."""
+
+    error: str
+
+
+RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel | GiveUp
 """Every message a run actor takes (a tagged union: decode with ``msgspec.json.decode(..., type=RunMessage)``)."""
 
 
