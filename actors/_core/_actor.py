@@ -109,6 +109,15 @@ class ActorContext:
         """
         return self._cell.receive_nowait()
 
+    async def receive(self) -> object:
+        """Wait for the next message of this actor's mailbox, from inside its own handler.
+
+        For a handler that waits on its children's answers while it holds state (a topology level
+        waiting for a worker's outcome); an ``ask`` taken this way is answered with ``None``.
+        Raises ``ActorStopped`` when the mailbox closes.
+        """
+        return await self._cell.receive()
+
     def stop(self) -> None:
         """End this actor normally after the current message (a ``permanent`` actor is restarted)."""
         self._cell.stop_normally()

@@ -193,6 +193,21 @@ class Cell:
                 return item.message
             return item
 
+    async def receive(self) -> object:
+        """Wait for the next message (``ActorStopped`` once the mailbox is closed)."""
+        while True:
+            try:
+                item = await self._recv.receive()
+            except (EndOfStream, ClosedResourceError):
+                raise ActorStopped(f"{self.id} stopped while waiting for a message") from None
+            if item is WAKE:
+                continue
+            self.processed += 1
+            if type(item) is Ask:
+                item.resolve(None)
+                return item.message
+            return item
+
     def _wake(self) -> None:
         try:
             self._send.send_nowait(WAKE)

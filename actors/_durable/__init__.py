@@ -7,9 +7,16 @@ actor in ``_run_actor``, the public operations in ``_runs`` and the fleet (queue
 code cites are those of ``docs/durability.md``.
 """
 
-from ._agent import Agent, Runner
+from ._agent import Agent
 from ._context import current_run
-from ._errors import MaxTurnsExceeded, ResumeRequired, RunnerNotFound, SideEffectInDoubt, ToolNotFound
+from ._errors import (
+    HandoffLimitExceeded,
+    MaxTurnsExceeded,
+    ResumeRequired,
+    RunnerNotFound,
+    SideEffectInDoubt,
+    ToolNotFound,
+)
 from ._idempotent import idempotency_key, idempotent
 from ._interrupt import interrupt
 from ._messages import Cancel, Recover, Resume
@@ -18,12 +25,14 @@ from ._result import RunResult
 from ._runs import RunRef, Runs
 from ._sweep import DEFAULT_MAX_RECOVERIES, Fleet
 from ._tools import tool
+from .topologies import Runner, Supervisor, Swarm
 
 __all__ = [
     "DEFAULT_MAX_RECOVERIES",
     "Agent",
     "Cancel",
     "Fleet",
+    "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "Recover",
     "Resume",
@@ -35,6 +44,8 @@ __all__ = [
     "RunnerNotFound",
     "Runs",
     "SideEffectInDoubt",
+    "Supervisor",
+    "Swarm",
     "ToolNotFound",
     "current_run",
     "idempotency_key",

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
-from ..models import Model
+from ..models import Message, Model
 from ._errors import ToolNotFound
 from ._tools import Tool
 
-__all__ = ["Agent", "Runner"]
+__all__ = ["Agent"]
 
 _NAME = re.compile(r"^[^/:\s][^/:]*$")
 
@@ -62,6 +62,10 @@ class Agent:
         """The agent's tools, in the order given."""
         return list(self._tools.values())
 
+    #: A plain agent holds no other runner: its re-entry never reads the run's history.
+    nested = False
+    kind = "agent"
+
     @property
     def label(self) -> str:
         """This agent's ``agent_path`` segment as a plain agent: ``agent:<name>``."""
@@ -78,13 +82,20 @@ class Agent:
         """Whether the agent has a tool called ``name``."""
         return name in self._tools
 
+    def check_tool(self, path: str, own_path: str, name: str, execution_id: str) -> None:
+        """Refuse (``ToolNotFound``) a re-entry of tool ``name`` at ``path`` this agent lacks."""
+        if path == own_path:
+            self.tool(name, execution_id=execution_id)
+
+    def first_messages(self, task: str) -> list[Message]:
+        """The conversation of a delegation of ``task`` to this agent: its instructions, the task."""
+        messages = [Message("system", self.instructions)] if self.instructions else []
+        messages.append(Message("user", task))
+        return messages
+
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function schemas, for :meth:`Model.complete`."""
         return [t.schema() for t in self._tools.values()]
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self._tools)!r}, max_turns={self.max_turns})"
-
-
-Runner: TypeAlias = Agent
-"""What a durable run runs: ``ActorSystem(runners=...)`` and ``spawn`` take these."""

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -68,16 +68,19 @@ class RunContext:
     store: Store | None = None
     node_id: str | None = None
     resume: Resume | None = None
+    shared: dict[str, Any] | None = None
     step: int | None = None
     occurrences: Occurrences = dataclasses.field(default_factory=Occurrences)
 
 
 class RunInfo(msgspec.Struct, frozen=True):
-    """What a tool may know of the run it runs in."""
+    """What a tool may know of the run it runs in. ``shared`` is the run's one JSON dict, shared by
+    every agent of a topology: mutate it in place; the rows written after carry it."""
 
     execution_id: str
     agent_path: str | None = None
     node_id: str | None = None
+    shared: dict[str, Any] = {}
 
 
 _current: ContextVar[RunContext | None] = ContextVar("tether_run", default=None)
@@ -93,7 +96,8 @@ def current_run() -> RunInfo | None:
     ctx = _current.get()
     if ctx is None:
         return None
-    return RunInfo(ctx.execution_id, ctx.agent_path, ctx.node_id)
+    shared = ctx.shared if ctx.shared is not None else {}
+    return RunInfo(ctx.execution_id, ctx.agent_path, ctx.node_id, shared)
 
 
 def current_resume() -> Resume | None:
@@ -119,6 +123,7 @@ def bind_run(
     store: Store | None = None,
     node_id: str | None = None,
     resume: Resume | None = None,
+    shared: dict[str, Any] | None = None,
     step: int | None = None,
 ) -> AbstractContextManager[RunContext]:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
@@ -130,6 +135,7 @@ def bind_run(
             store=store,
             node_id=node_id,
             resume=resume,
+            shared=shared,
             step=step,
         )
     )

@@ -7,7 +7,16 @@ so a message read in a log says what to fix.
 
 from __future__ import annotations
 
-__all__ = ["MaxTurnsExceeded", "ResumeRequired", "RunnerNotFound", "SideEffectInDoubt", "ToolNotFound"]
+__all__ = [
+    "HandoffLimitExceeded",
+    "MaxTurnsExceeded",
+    "ResumeRequired",
+    "RunnerNotFound",
+    "SideEffectInDoubt",
+    "ToolNotFound",
+]
+
+from collections.abc import Sequence
 
 from stores import TetherError
 
@@ -60,6 +69,22 @@ class MaxTurnsExceeded(TetherError):
         super().__init__(f"{who} reached max_turns={max_turns} without a final answer{_of_run(execution_id)}")
         self.max_turns = max_turns
         self.agent = agent
+        self.execution_id = execution_id
+
+
+class HandoffLimitExceeded(TetherError):
+    """A swarm hop went past the swarm's ``max_handoffs`` (counted per invocation of the swarm)."""
+
+    def __init__(
+        self, max_handoffs: int, *, swarm: str, path: Sequence[str], execution_id: str | None = None
+    ) -> None:
+        super().__init__(
+            f"swarm {swarm!r} exceeded max_handoffs={max_handoffs} (hops: {' -> '.join(path)})"
+            f"{_of_run(execution_id)}"
+        )
+        self.max_handoffs = max_handoffs
+        self.swarm = swarm
+        self.path = list(path)
         self.execution_id = execution_id
 
 

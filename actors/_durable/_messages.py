@@ -16,6 +16,7 @@ from stores import decode_json as decode
 from stores import encode_json as encode
 
 from .._core import Failable
+from ..models import Message
 from ._result import RunResult
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Cancel",
     "Failed",
     "GiveUp",
+    "HandedOff",
     "Outcome",
     "Paused",
     "Recover",
@@ -146,7 +148,16 @@ class Failed(msgspec.Struct, tag="failed", frozen=True):
     error: str
 
 
-Outcome = Answered | Paused | Failed
+class HandedOff(msgspec.Struct, tag="handed_off", frozen=True):
+    """A swarm member handed control to its peer ``to``; ``messages`` is the conversation so far."""
+
+    to: str
+    reason: str
+    context: dict[str, Any]
+    messages: list[Message]
+
+
+Outcome = Answered | Paused | Failed | HandedOff
 """How a level of a run ended its work: what a child reports to its parent, what the root concludes from."""
 
 

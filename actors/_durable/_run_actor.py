@@ -23,28 +23,26 @@ from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists
 
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
-from ._engine import RunEngine
+from ._engine import level_of
+from ._level import Level, Next
 from ._messages import (
-    Answered,
     Cancel,
-    Failed,
     GiveUp,
-    Outcome,
-    Paused,
+    HandedOff,
     Recover,
     Request,
     ResumeRun,
     RunMessage,
     Spawn,
     SpawnFork,
-    Step,
 )
 from ._result import RunResult
 from ._runlog import RunLog, StepLog
+from .topologies import drive
 
 if TYPE_CHECKING:
-    from ._agent import Agent
     from ._follow import EventHub
+    from .topologies import Runner
 
 __all__ = ["RunActor"]
 
@@ -61,16 +59,16 @@ class RunActor(Actor):
         self,
         *,
         store: Store,
-        agent: Agent,
+        runner: Runner,
         execution_id: str,
         live: dict[str, RunActor],
         hub: EventHub | None = None,
     ) -> None:
         self.store = store
         self._live = live
-        self.agent = agent
+        self.runner = runner
         self.execution_id = execution_id
-        self._log = StepLog(hub=hub, execution_id=execution_id, runner=agent.name)
+        self._log = StepLog(hub=hub, execution_id=execution_id, runner=runner.name)
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
         self._abandoned = False
@@ -142,7 +140,7 @@ class RunActor(Actor):
         last = self._log.last
         if last is None or last.step_type in (HITL_PAUSE, RUN_END):
             return
-        eid, runner = self.execution_id, self.agent.name
+        eid, runner = self.execution_id, self.runner.name
         _log.warning(
             "run stopped mid-step",
             execution_id=eid,
@@ -159,11 +157,11 @@ class RunActor(Actor):
         rows = RunLog(
             self.store,
             self.execution_id,
-            runner=self.agent.name,
+            runner=self.runner.name,
             log=self._log,
             on_first_row=request.reply.started.set,
         )
-        engine = RunEngine(agent=self.agent, rows=rows)
+        engine = level_of(self.runner, rows, self.runner.label, self.runner)
         message: RunMessage = request.message
         match message:
             case Cancel(reason=reason):
@@ -185,33 +183,40 @@ class RunActor(Actor):
         raise TypeError(f"unknown run message {message!r}")  # pragma: no cover
 
     async def _steps(
-        self, ctx: ActorContext, engine: RunEngine, first: Callable[[], Awaitable[Step]]
+        self, ctx: ActorContext, engine: Level, first: Callable[[], Awaitable[Next]]
     ) -> RunResult:
-        """The activation: its entry point, then its steps in order, the mailbox read between two."""
-        step: Step | Outcome = await first()
-        while not isinstance(step, Answered | Paused | Failed):
-            self._refuse_abandoned()
-            self._between_steps(ctx)
-            if self._cancel_reason is not None:
-                return await engine.cancel(self._cancel_reason)
-            step = await engine.step(step)
-        return await engine.conclude(step)
+        """The activation: its entry point, then its steps in order (its children's outcomes between
+        them), the mailbox read between two steps."""
+        outcome = await drive(ctx, engine, await first(), between=self._between_steps, take=self._take)
+        if outcome is None:
+            assert self._cancel_reason is not None
+            return await engine.cancel(self._cancel_reason)
+        if isinstance(outcome, HandedOff):
+            raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
+        return await engine.conclude(outcome)
 
-    def _between_steps(self, ctx: ActorContext) -> None:
-        """Handle what is queued: a Cancel stops the run before its next step; other requests wait
-        for the end of this activation (one activation at a time)."""
+    def _between_steps(self, ctx: ActorContext) -> bool:
+        """Handle what is queued; whether to stop (a Cancel came) before the next step. A run this
+        process lost (its liveness lock) stops here, writing nothing."""
+        self._refuse_abandoned()
         while (item := ctx.receive_nowait()) is not None:
-            if not isinstance(item, Request):
-                raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(item).__name__}")
-            if isinstance(item.message, Cancel) and self._cancel_reason is None:
-                self._cancel_reason = item.message.reason
-            self._deferred.append(item)
+            self._take(item)
+        return self._cancel_reason is not None
+
+    def _take(self, item: object) -> None:
+        """A request that came during an activation: a Cancel stops the run before its next step;
+        other requests wait for the end of this activation (one activation at a time)."""
+        if not isinstance(item, Request):
+            raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(item).__name__}")
+        if isinstance(item.message, Cancel) and self._cancel_reason is None:
+            self._cancel_reason = item.message.reason
+        self._deferred.append(item)
 
     async def _owned(
         self,
         ctx: ActorContext,
-        engine: RunEngine,
-        first: Callable[[], Awaitable[Step]],
+        engine: Level,
+        first: Callable[[], Awaitable[Next]],
         *,
         refuse: type[Exception],
     ) -> RunResult:

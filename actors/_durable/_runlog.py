@@ -25,6 +25,8 @@ from stores import (
     Checkpoint,
     PendingInterrupt,
     Store,
+    decode_json,
+    encode_json,
     new_id,
     utcnow,
 )
@@ -35,7 +37,10 @@ if TYPE_CHECKING:
     from ..models._stream import TextSink
     from ._follow import EventHub
 
-__all__ = ["MARKER_TIMEOUT", "TOOL_SEQ", "RunLog", "StepLog", "step_seq"]
+__all__ = ["MARKER_TIMEOUT", "SHARED", "TOOL_SEQ", "RunLog", "StepLog", "step_seq"]
+
+#: The snapshot key of the run's ``shared`` dict.
+SHARED = "shared"
 
 #: Bound on writing the run_end marker after a cancel or a failure (shielded).
 MARKER_TIMEOUT = 10.0
@@ -107,7 +112,7 @@ class RunLog:
     it to know the run owns its id).
     """
 
-    __slots__ = ("_next_seq", "_on_first_row", "execution_id", "log", "runner", "store")
+    __slots__ = ("_next_seq", "_on_first_row", "execution_id", "hops", "log", "runner", "shared", "store")
 
     def __init__(
         self,
@@ -124,6 +129,11 @@ class RunLog:
         self.log = log
         self._next_seq = 0
         self._on_first_row = on_first_row
+        #: The run's ``shared`` dict (``current_run().shared``): every step row written while it is
+        #: not empty carries a copy, so a re-entered step reads it back as it was at its row.
+        self.shared: dict[str, Any] = {}
+        #: The next ``handoff:N`` number of each swarm path of the run.
+        self.hops: dict[str, int] = {}
 
     # -- seq ----------------------------------------------------------------------------------------
 
@@ -150,7 +160,10 @@ class RunLog:
         node_input: dict[str, Any] | None = None,
         parent: str | None = None,
     ) -> Checkpoint:
-        """A step row at the next ``seq``."""
+        """A step row at the next ``seq`` (with a copy of ``shared`` when it is not empty; never on
+        a ``run_end`` marker, which must be writable whatever a tool put there)."""
+        if self.shared and step_type != RUN_END:
+            snapshot[SHARED] = decode_json(encode_json(self.shared, path="$.shared"))
         return Checkpoint(
             execution_id=self.execution_id,
             seq=self.take_seq(),

@@ -30,7 +30,7 @@ from stores import (
 )
 
 from ..models import Message
-from ._agent import Agent, Runner
+from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._follow import EventHub, EventStream
 from ._messages import (
@@ -47,6 +47,7 @@ from ._messages import (
 )
 from ._result import RunResult
 from ._run_actor import RunActor
+from .topologies import Runner, Supervisor, Swarm
 
 if TYPE_CHECKING:
     from .._core import ActorRuntime
@@ -130,14 +131,14 @@ class Runs:
         self._live: dict[str, RunActor] = {}
         self._hub = EventHub()
         # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
-        self._given: dict[str, Agent] = {_checked_runner(runner).name: runner for runner in runners}
-        self._spawned: dict[str, Agent] = {}
+        self._given: dict[str, Runner] = {_checked_runner(runner).name: runner for runner in runners}
+        self._spawned: dict[str, Runner] = {}
         self._watched: set[int] = set()  # the stores whose lock loss this system listens for
 
     # -- writes -----------------------------------------------------------------------------------
 
     async def spawn(
-        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
         """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
         run_id, messages = self.first_messages(runner, input, execution_id)
@@ -148,7 +149,7 @@ class Runs:
         return await self._started(run_id, reply)
 
     def first_messages(
-        self, runner: Agent, input: str | Sequence[Message], execution_id: str | None
+        self, runner: Runner, input: str | Sequence[Message], execution_id: str | None
     ) -> tuple[str, list[Message]]:
         """A new run's id and first messages (the runner's instructions, then ``input``), checked
         before anything is written; the runner becomes the one a resume by its name takes."""
@@ -162,7 +163,7 @@ class Runs:
         messages.extend(given)
         return run_id, messages
 
-    def runner_for(self, name: str, execution_id: str) -> Agent:
+    def runner_for(self, name: str, execution_id: str) -> Runner:
         """The runner that drives ``execution_id`` here (``RunnerNotFound`` if this system has none)."""
         return self._runner(name, execution_id)
 
@@ -171,7 +172,7 @@ class Runs:
         live = self._live.get(execution_id)
         return live is not None and live.busy
 
-    async def give_up(self, runner: Agent, execution_id: str, error: str) -> RunRef:
+    async def give_up(self, runner: Runner, execution_id: str, error: str) -> RunRef:
         """End a run that was recovered too often: a failed marker with ``error`` (the sweep's)."""
         store = await self._store()
         return RunRef(self, execution_id, await self._deliver(store, runner, execution_id, GiveUp(error)))
@@ -283,7 +284,7 @@ class Runs:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _runner(self, name: str, execution_id: str) -> Agent:
+    def _runner(self, name: str, execution_id: str) -> Runner:
         """The runner a resume of ``execution_id`` uses: the one given by ``name``, else the newest spawned."""
         runner = self._given.get(name) or self._spawned.get(name)
         if runner is None:
@@ -305,13 +306,13 @@ class Runs:
             self._watched.add(id(store))
             listen(self._abandon)
 
-    async def _deliver(self, store: Store, runner: Agent, execution_id: str, message: RunMessage) -> Reply:
+    async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
         self._watch(store)
         reply = Reply()
 
         def activate() -> RunActor:
             return RunActor(
-                store=store, agent=runner, execution_id=execution_id, live=self._live, hub=self._hub
+                store=store, runner=runner, execution_id=execution_id, live=self._live, hub=self._hub
             )
 
         await self._runtime.deliver(
@@ -327,9 +328,9 @@ class Runs:
         return RunRef(self, execution_id, reply, start=0)
 
 
-def _checked_runner(runner: object) -> Agent:
-    if not isinstance(runner, Agent):
-        raise TypeError(f"a runner is an Agent, not {type(runner).__name__}")
+def _checked_runner(runner: object) -> Runner:
+    if not isinstance(runner, Agent | Swarm | Supervisor):
+        raise TypeError(f"a runner is an Agent, a Swarm or a Supervisor, not {type(runner).__name__}")
     return runner
 
 

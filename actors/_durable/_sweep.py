@@ -50,6 +50,7 @@ from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
+from .topologies import Runner
 
 __all__ = ["DEFAULT_MAX_RECOVERIES", "Fleet"]
 
@@ -79,9 +80,13 @@ class Fleet:
     # -- the queue --------------------------------------------------------------------------------
 
     async def enqueue(
-        self, runner: Agent, input: str | Sequence[Message], *, execution_id: str | None = None
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> str:
-        """Write the run's first row and leave the run for any process of the fleet to take."""
+        """Write the run's first row and leave the run for any process of the fleet to take.
+
+        The runner is an :class:`~actors.Agent` (a Swarm or a Supervisor starts with ``spawn``)."""
+        if not isinstance(runner, Agent):
+            raise TypeError(f"enqueue takes an Agent runner, not {type(runner).__name__}; spawn it instead")
         run_id, messages = self._runs.first_messages(runner, input, execution_id)
         store = _fleet_store(await self._store())
         if not await store.try_lock(run_id):

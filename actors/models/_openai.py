@@ -20,7 +20,7 @@ from ._errors import ModelError
 from ._retry import MAX_SERVER_WAIT, backoff_delay, server_wait, should_retry
 from ._stream import Assembly, server_events
 from ._types import Message, ModelReply
-from ._wire import read_completion, read_message, request_body
+from ._wire import read_completion, read_message, request_body, server_message
 
 __all__ = ["OpenAIChat"]
 
@@ -186,11 +186,7 @@ class OpenAIChat:
                     ) from exc
             except httpx.TransportError as exc:
                 if attempt > self.max_retries:
-                    what = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
-                    raise ModelError(
-                        f"model server at {url} {what} after {_attempts(attempt)} ({_seconds(started)} "
-                        f"in all): {type(exc).__name__}: {exc or 'no detail'}"
-                    ) from exc
+                    raise ModelError(f"model server at {url} {self._failure(exc, attempt, started)}") from exc
             else:
                 if not should_retry(response) or attempt > self.max_retries:
                     raise _refused(response, url, attempt)
@@ -212,6 +208,16 @@ class OpenAIChat:
                     f"would pass the call's deadline of {self.deadline:g} s"
                 )
             await anyio.sleep(wait)
+
+    def _failure(self, exc: httpx.TransportError, attempt: int, started: float) -> str:
+        """How the last attempt failed to get an answer, after how many attempts and how long."""
+        tried = f"after {_attempts(attempt)} ({_seconds(started)} in all)"
+        if isinstance(exc, httpx.ConnectTimeout):
+            return (
+                f"timed out: no connection within the connect timeout of {self.connect_timeout:g} s, {tried}"
+            )
+        what = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+        return f"{what} {tried}: {type(exc).__name__}: {str(exc) or 'no detail'}"
 
 
 def _attempts(n: int) -> str:
@@ -245,13 +251,7 @@ def _refused(response: httpx.Response, url: str, attempt: int, note: str = "") -
 
 def _error_text(response: httpx.Response) -> str:
     try:
-        data = response.json()
+        message = server_message(response.json())
     except ValueError:
-        return response.text[:500]
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-    return response.text[:500]
+        message = None
+    return response.text[:500] if message is None else message

@@ -21,7 +21,7 @@ from .._core._log import tether_logger
 from ._errors import ModelError
 from ._types import Message, ModelReply, ToolCall
 
-__all__ = ["read_arguments", "read_completion", "read_message", "request_body", "to_wire"]
+__all__ = ["read_arguments", "read_completion", "read_message", "request_body", "server_message", "to_wire"]
 
 #: Body keys that only make sense with tools; a request without tools leaves them out.
 _TOOL_KEYS = ("tool_choice", "parallel_tool_calls")
@@ -210,12 +210,18 @@ def _storable(text: str) -> str | None:
     return text
 
 
-def _error_of(data: Any) -> str:
-    """What a body that is not a completion says: its ``error`` message if it has one."""
+def server_message(data: Any) -> str | None:
+    """The message of an ``{"error": {"message": ...}}`` (or ``{"error": "..."}``) body, if it is one."""
     if isinstance(data, dict):
         error = data.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return f"the server says: {error['message'][:500]}"
+            return str(error["message"])
         if isinstance(error, str):
-            return f"the server says: {error[:500]}"
-    return str(data)[:500]
+            return error
+    return None
+
+
+def _error_of(data: Any) -> str:
+    """What a body that is not a completion says: its ``error`` message if it has one."""
+    message = server_message(data)
+    return str(data)[:500] if message is None else f"the server says: {message[:500]}"

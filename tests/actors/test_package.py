@@ -173,4 +173,4 @@ def test_actor_system_parameters_are_typed() -> None:
         assert "Any" not in annotation, f"ActorSystem({name}) is typed {annotation}"
     assert annotations["store"] == "Store | None"
     assert annotations["runners"] == "Iterable[Runner]"
-    assert actors._durable.Runner is actors.Agent
+    assert actors._durable.Runner == actors.Agent | actors.Swarm | actors.Supervisor

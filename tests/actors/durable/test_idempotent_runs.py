@@ -7,6 +7,9 @@ The SIGKILL storm against a deduplicating payment service is in ``test_side_effe
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
+import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +22,7 @@ from conftest import Backend
 from actors import (
     ActorSystem,
     Agent,
+    AlreadyResumed,
     Resume,
     SideEffectInDoubt,
     TetherError,
@@ -34,6 +38,7 @@ from stores import SQLiteStore, Store, canonical_json
 pytestmark = pytest.mark.anyio
 
 LIMIT = 30.0
+HERE = Path(__file__).resolve().parent
 
 
 @asynccontextmanager
@@ -142,6 +147,73 @@ async def test_a_resumed_tool_gets_each_earlier_result_in_order(store_backend: B
     assert done.output == "charge-1,charge-2,approved=True"
     assert log == ["9", "9"]  # each body once, none again on resume
     assert len(set(keys)) == 2
+
+
+def crashing_agent(marks: Path) -> Agent:
+    """A tool that charges twice (identical calls), then kills its process the first time."""
+
+    @idempotent
+    def charge(order: str) -> str:
+        with (marks / "charges").open("a") as out:
+            out.write(f"{os.getpid()}\n")
+        return f"charge-{len((marks / 'charges').read_text().split())}-by-{os.getpid()}"
+
+    @tool
+    def refund(order: str) -> str:
+        """Charge twice, then (the first time) die."""
+        first, second = charge(order), charge(order)
+        crashed = marks / "crashed"
+        if not crashed.exists():
+            crashed.write_text("1")
+            os._exit(9)  # the cache rows are committed, the tool's result is not
+        return f"{first},{second}"
+
+    return Agent("crasher", two_calls_then_answer(ToolCall("refund", {"order": "3"})), tools=[refund])
+
+
+CRASH_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import anyio
+
+    sys.path[:0] = [{tests!r}, {here!r}]
+    from conftest import Backend
+    from test_idempotent_runs import crash_child
+
+    anyio.run(crash_child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]))
+    """
+)
+
+
+async def crash_child(backend: Backend, marks: Path) -> None:
+    """The child's part: start the run; its tool kills this process after two charges."""
+    agent = crashing_agent(marks)
+    async with running(backend, agent) as (_, system):
+        await (await system.spawn(agent, "refund", execution_id="crashy")).result(timeout=30)
+    raise SystemExit("the tool was supposed to kill this process")
+
+
+async def test_a_recovery_in_another_process_finds_each_entry(store_backend: Backend, tmp_path: Path) -> None:
+    code = CRASH_CHILD.format(tests=str(HERE.parents[1]), here=str(HERE))
+    with anyio.fail_after(60):
+        child = await anyio.run_process(
+            [sys.executable, "-c", code, *store_backend.child_args(), str(tmp_path)], check=False
+        )
+    assert child.returncode == 9, child.stderr.decode()
+    child_pid = (tmp_path / "charges").read_text().split()[0]
+    agent = crashing_agent(tmp_path)
+    with anyio.fail_after(LIMIT):
+        async with running(store_backend, agent) as (_, system):
+            for _ in range(500):  # a dead owner's PostgreSQL lock goes within milliseconds
+                try:
+                    result = await system.resume("crashy", timeout=10)
+                    break
+                except AlreadyResumed:
+                    await anyio.sleep(0.01)
+    assert result.output == f"charge-1-by-{child_pid},charge-2-by-{child_pid}"
+    assert (tmp_path / "charges").read_text().split() == [child_pid, child_pid]  # none ran here
 
 
 async def test_an_entry_of_the_older_key_form_stays_readable(store_backend: Backend) -> None:

@@ -88,5 +88,5 @@ async def test_resume_by_name_prefers_the_runner_given_in_runners(store_backend:
 
 
 def test_a_runner_that_is_not_an_agent_is_refused() -> None:
-    with pytest.raises(TypeError, match="a runner is an Agent, not str"):
+    with pytest.raises(TypeError, match="a runner is an Agent, a Swarm or a Supervisor, not str"):
         ActorSystem(runners=["refund-bot"])  # type: ignore[list-item]

@@ -17,9 +17,10 @@ from typing import Any
 import anyio
 import pytest
 from _chat_server import ChatServer, ok, serve
+from _model_runs import running
 from conftest import Backend
 
-from actors import ActorSystem, Agent, tool
+from actors import Agent, tool
 from actors.models import Message, ModelError, ModelReply, OpenAIChat
 
 pytestmark = pytest.mark.anyio
@@ -94,21 +95,14 @@ async def test_a_refused_run_fails_naming_the_reason_and_resumes(
     ]
     async with client(server) as model:
         agent = Agent("summarizer", model)
-        store = store_backend.open()
-        await store.setup()
-        try:
-            with anyio.fail_after(LIMIT):
-                async with ActorSystem(store, runners=[agent]) as system:
-                    failed = await (await system.spawn(agent, "summarize", execution_id="r1")).result(
-                        timeout=10
-                    )
-                    assert failed.status == "failed"
-                    assert failed.error == "ModelError: the model refused to answer: I can't help with that."
-                    (end,) = [r for r in await system.history("r1") if r.step_type == "run_end"]
-                    assert end.state_snapshot["run_error"] == failed.error
-                    again = await system.resume("r1", timeout=10)
-        finally:
-            await store.close()
+        with anyio.fail_after(LIMIT):
+            async with running(store_backend, agent) as (_, system):
+                failed = await (await system.spawn(agent, "summarize", execution_id="r1")).result(timeout=10)
+                assert failed.status == "failed"
+                assert failed.error == "ModelError: the model refused to answer: I can't help with that."
+                (end,) = [r for r in await system.history("r1") if r.step_type == "run_end"]
+                assert end.state_snapshot["run_error"] == failed.error
+                again = await system.resume("r1", timeout=10)
     assert again.status == "completed" and again.output == "Here is the summary."
 
 
@@ -165,14 +159,9 @@ async def test_unusable_arguments_are_a_tool_error_the_model_reads(
     ]
     async with client(server) as model:
         agent = Agent("refunder", model, tools=[refund])
-        store = store_backend.open()
-        await store.setup()
-        try:
-            with anyio.fail_after(LIMIT):
-                async with ActorSystem(store, runners=[agent]) as system:
-                    result = await (await system.spawn(agent, "refund", execution_id="r1")).result(timeout=10)
-        finally:
-            await store.close()
+        with anyio.fail_after(LIMIT):
+            async with running(store_backend, agent) as (_, system):
+                result = await (await system.spawn(agent, "refund", execution_id="r1")).result(timeout=10)
     assert result.status == "completed", result
     assert result.output == "One refund went through."
     assert ran == [("ok", 2.5)]  # only the good call ran

@@ -9,6 +9,7 @@ Waits are checked from below (the server's clock sees the requests arrive); uppe
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import itertools
 import socket
@@ -148,6 +149,38 @@ async def test_connection_refused_is_retried_then_a_model_error() -> None:
     ):
         await model.complete(HI)
     await model.aclose()
+
+
+async def test_a_connect_timeout_is_its_own_and_is_retried() -> None:
+    # A listening socket whose accept queue is full: the kernel drops further SYNs, so a connect
+    # hangs until the client's connect timeout (the read timeout stays at its 600 s default).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(3)]
+    try:
+        for filler in fillers:
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+        model = OpenAIChat(
+            "m", base_url=f"http://127.0.0.1:{port}/v1", connect_timeout=0.3, backoff=0.01, max_retries=1
+        )
+        started = time.monotonic()
+        with anyio.fail_after(LIMIT), pytest.raises(ModelError) as info:
+            await model.complete(HI)
+        elapsed = time.monotonic() - started
+        await model.aclose()
+    finally:
+        for s in [*fillers, listener]:
+            s.close()
+    assert model.timeout == 600.0
+    assert 0.55 <= elapsed < 10  # two attempts of 0.3 s each
+    assert str(info.value).startswith(
+        f"model server at http://127.0.0.1:{port}/v1/chat/completions timed out: no connection within "
+        "the connect timeout of 0.3 s, after 2 attempts ("
+    )
 
 
 async def test_a_read_timeout_is_not_retried_and_says_so(server: ChatServer) -> None:

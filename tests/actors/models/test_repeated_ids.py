@@ -20,9 +20,10 @@ import anyio
 import msgspec
 import pytest
 from _chat_server import ok, serve
+from _model_runs import running
 from conftest import Backend
 
-from actors import ActorSystem, Agent, Resume, interrupt, tool
+from actors import Agent, Resume, interrupt, tool
 from actors.models import FunctionModel, Message, ModelError, ModelReply, OpenAIChat, ToolCall
 from actors.models._intake import take_in
 from stores import HITL_PAUSE, Checkpoint, new_id
@@ -131,15 +132,9 @@ def repeated_id_agent(marks: Path, seen: list[list[Message]] | None = None) -> A
 async def start_in_child(backend: Backend, execution_id: str) -> None:
     """The child's part: start the run, which pauses at ``notify``; the process then exits."""
     agent = repeated_id_agent(Path(os.environ["TETHER_TEST_MARKS"]))
-    store = backend.open()
-    await store.setup()
-    try:
-        async with ActorSystem(store, runners=[agent]) as system:
-            result = await (await system.spawn(agent, "refund and tell", execution_id=execution_id)).result(
-                timeout=30
-            )
-    finally:
-        await store.close()
+    async with running(backend, agent) as (_, system):
+        ref = await system.spawn(agent, "refund and tell", execution_id=execution_id)
+        result = await ref.result(timeout=30)
     print(result.status)
 
 
@@ -176,15 +171,10 @@ async def test_repeated_ids_pause_in_one_process_resume_in_another(
 
     seen: list[list[Message]] = []
     agent = repeated_id_agent(marks, seen)
-    store = store_backend.open()
-    await store.setup()
-    try:
-        with anyio.fail_after(LIMIT):
-            async with ActorSystem(store, runners=[agent]) as system:
-                result = await system.resume("dup-ids", Resume(approved=True), timeout=10)
-                rows = await system.history("dup-ids")
-    finally:
-        await store.close()
+    with anyio.fail_after(LIMIT):
+        async with running(store_backend, agent) as (_, system):
+            result = await system.resume("dup-ids", Resume(approved=True), timeout=10)
+            rows = await system.history("dup-ids")
     assert result.status == "completed", result
     assert result.output == "done: refunded A-1 | notified zoe"
     # Each tool ran once, with its own arguments: refund in the child, notify (approved) here.
@@ -226,29 +216,24 @@ async def test_old_rows_with_a_shared_id_re_enter_the_call_at_their_position(
     marks.mkdir()
     seen: list[list[Message]] = []
     agent = repeated_id_agent(marks, seen)
-    store = store_backend.open()
-    await store.setup()
-    try:
-        with anyio.fail_after(LIMIT):
-            async with ActorSystem(store, runners=[agent]) as system:
-                first = await (await system.spawn(agent, "refund and tell", execution_id="new")).result(
-                    timeout=10
-                )
-                assert first.status == "paused"
-                (pending,) = await store.pending("new")
-                # The same history, as rows that share one id between the two calls.
-                for row in await system.history("new"):
-                    old = _with_shared_id(row, "old")
-                    if row.step_type == HITL_PAUSE:
-                        await store.append_pause(old, msgspec.structs.replace(pending, execution_id="old"))
-                    else:
-                        await store.append(old)
-                (old_pause,) = [r for r in await system.history("old") if r.step_type == HITL_PAUSE]
-                assert old_pause.state_snapshot["tool_call_id"] == "call_0"
-                del seen[:]
-                result = await system.resume("old", Resume(approved=True), timeout=10)
-    finally:
-        await store.close()
+    with anyio.fail_after(LIMIT):
+        async with running(store_backend, agent) as (store, system):
+            first = await (await system.spawn(agent, "refund and tell", execution_id="new")).result(
+                timeout=10
+            )
+            assert first.status == "paused"
+            (pending,) = await store.pending("new")
+            # The same history, as rows that share one id between the two calls.
+            for row in await system.history("new"):
+                old = _with_shared_id(row, "old")
+                if row.step_type == HITL_PAUSE:
+                    await store.append_pause(old, msgspec.structs.replace(pending, execution_id="old"))
+                else:
+                    await store.append(old)
+            (old_pause,) = [r for r in await system.history("old") if r.step_type == HITL_PAUSE]
+            assert old_pause.state_snapshot["tool_call_id"] == "call_0"
+            del seen[:]
+            result = await system.resume("old", Resume(approved=True), timeout=10)
     assert result.status == "completed", result
     assert result.output == "done: refunded A-1 | notified zoe"
     # refund ran once (on the first pass) and was not re-entered with notify's arguments.
@@ -291,18 +276,13 @@ async def test_a_server_repeating_an_id_gets_one_answer_per_call(
         async with OpenAIChat("kimi-like", base_url=server.base_url, backoff=0.01) as model:
             agent = Agent("repeater", model, tools=tools)
             for leg in ("pause", "resume"):  # two systems on two store instances: two activations
-                store = store_backend.open()
-                await store.setup()
-                try:
-                    with anyio.fail_after(LIMIT):
-                        async with ActorSystem(store, runners=[agent]) as system:
-                            if leg == "pause":
-                                ref = await system.spawn(agent, "refund and tell", execution_id="srv")
-                                assert (await ref.result(timeout=10)).status == "paused"
-                            else:
-                                result = await system.resume("srv", Resume(approved=True), timeout=10)
-                finally:
-                    await store.close()
+                with anyio.fail_after(LIMIT):
+                    async with running(store_backend, agent) as (_, system):
+                        if leg == "pause":
+                            ref = await system.spawn(agent, "refund and tell", execution_id="srv")
+                            assert (await ref.result(timeout=10)).status == "paused"
+                        else:
+                            result = await system.resume("srv", Resume(approved=True), timeout=10)
         bodies = server.bodies()
     assert result.status == "completed" and result.output == "Refunded and told."
     assert [(c["tool"], c.get("order"), c.get("customer")) for c in calls_made(marks)] == [

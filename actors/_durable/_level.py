@@ -1,0 +1,417 @@
+"""A level of a run: one runner's part of an activation at one ``agent_path``, and the run's entry points.
+
+:class:`Level` is what the run actor and a topology's child actors drive: an entry point (at the
+root: start, fork, resume, recovery) writes the activation's first row and returns its first step;
+:meth:`Level.step` takes one step and returns the next, a :class:`Delegation` (a child level to run)
+or an outcome; :meth:`Level.deliver` takes a child's outcome; the root concludes with
+:meth:`Level.conclude` (its ``run_end``). :class:`Plan` says where a resume or a recovery re-enters,
+level by level, from each level's newest row. The agent's level is ``_engine.RunEngine``; the
+topologies' are in ``topologies``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeAlias
+
+import msgspec
+
+from stores import (
+    BOOKKEEPING_STEPS,
+    COMPLETED,
+    FAILED,
+    FORK_ORIGIN,
+    HANDOFF,
+    HITL_PAUSE,
+    INTERRUPTED,
+    RECOVER,
+    RESUME,
+    RUN_END,
+    TOOL_CALL,
+    AlreadyResumed,
+    Checkpoint,
+    CheckpointError,
+    OwnershipLost,
+    PendingInterrupt,
+    RunExists,
+    SerializationError,
+    Store,
+    WriteConflict,
+    conversation_of,
+)
+
+from .._core import tether_logger
+from ..models import Message
+from ..models._types import Transcript
+from ._errors import ResumeRequired
+from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
+from ._result import RunResult
+from ._runlog import SHARED, RunLog
+
+__all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
+
+_log = tether_logger()
+
+#: How often a cancel re-reads the newest row when a step's write races it.
+_CANCEL_ATTEMPTS = 5
+
+
+class PausedSignal(Exception):
+    """Internal: the run paused at a tool; carries its pending row."""
+
+    def __init__(self, pending: PendingInterrupt) -> None:
+        super().__init__(pending.execution_id)
+        self.pending = pending
+
+
+class Plan:
+    """Where a resume or a recovery re-enters: the deepest step (``step``, read through the
+    bookkeeping rows), the claimed ``decision``, and ``after``, the ``seq`` of the row that began the
+    level re-entering (a delegation's tool row, a hop's ``handoff`` row; -1 at the root): that
+    level's own rows are those after it. ``rows()`` reads the run's history once, for every level."""
+
+    __slots__ = ("_history", "after", "after_pause", "decision", "step", "store")
+
+    def __init__(
+        self,
+        store: Store,
+        step: Checkpoint,
+        decision: dict[str, Any] | None,
+        *,
+        after_pause: bool,
+        after: int = -1,
+        history: list[Checkpoint] | None = None,
+    ) -> None:
+        self.store = store
+        self.step = step
+        self.decision = decision
+        self.after_pause = after_pause
+        self.after = after
+        self._history = history
+
+    def below(self, after: int) -> Plan:
+        """The same re-entry, for the level begun by the row at ``after``."""
+        plan = Plan(
+            self.store,
+            self.step,
+            self.decision,
+            after_pause=self.after_pause,
+            after=after,
+            history=self._history,
+        )
+        return plan
+
+    async def rows(self) -> list[Checkpoint]:
+        """The run's rows up to the re-entered step, read once."""
+        if self._history is None:
+            rows = await self.store.history(self.step.execution_id)
+            self._history = [row for row in rows if row.seq <= self.step.seq]
+        return self._history
+
+    async def own_rows(self, path: str) -> list[Checkpoint]:
+        """The step rows a level at ``path`` wrote after ``after`` (its tools' rows included)."""
+        return [
+            row
+            for row in await self.rows()
+            if row.seq > self.after
+            and conversation_of(row.agent_path) == path
+            and row.step_type not in BOOKKEEPING_STEPS
+            and row.step_type != RUN_END
+        ]
+
+
+class Delegation:
+    """A level's request to its actor: run ``level`` as a child actor, from ``begin`` (its first
+    step), and hand me its outcome (``Level.deliver``)."""
+
+    __slots__ = ("begin", "level")
+
+    def __init__(self, level: Level, begin: Callable[[], Awaitable[Next]]) -> None:
+        self.level = level
+        self.begin = begin
+
+
+Next: TypeAlias = "Step | Delegation | Outcome"
+"""What a level's step returns: its next step, a child to run, or how its work ended."""
+
+
+class Level:
+    """One runner's part of one activation of a run, at one ``agent_path``: an agent's turns and tools
+    (:class:`RunEngine`), a swarm's hops, a supervisor's manager. The root level also holds the
+    run's entry points (start, fork, resume, cancel) and writes its ``run_end``.
+
+    An entry point writes the activation's first row and returns its first step; the actor then
+    hands each step to :meth:`step`, each child's outcome to :meth:`deliver`, and the root concludes
+    with :meth:`conclude`. Every row goes through ``rows``, the run's log (and ``seq`` allocator).
+    ``runner`` is the root runner, which finds the agent at any path of the run.
+    """
+
+    def __init__(self, *, rows: RunLog, path: str, runner: Any) -> None:
+        self.rows = rows
+        self.store = rows.store
+        self.execution_id = rows.execution_id
+        self.path = path
+        self.runner = runner
+        # The newest conversation and turn, for the failed marker if an exception escapes a step.
+        self._transcript = Transcript()
+        self._turn = 0
+        # The messages of the newest row stored for this conversation: what a failed marker carries
+        # when the conversation since then is refused by the store (the JSON rule, max_row_bytes).
+        self._good: list[dict[str, Any]] = []
+
+    # -- what each kind of level does -------------------------------------------------------------
+
+    async def begin(self, messages: Sequence[Message]) -> Next:
+        """This level's first step on ``messages`` (a fresh run, a delegation, a hop)."""
+        raise NotImplementedError
+
+    async def reenter(self, plan: Plan) -> Next:
+        """This level's first step when a resume or a recovery re-enters it (rule 5 at every depth)."""
+        raise NotImplementedError
+
+    async def _step(self, step: Step) -> Next:
+        raise TypeError(f"{type(self).__name__} takes no step {step!r}")
+
+    async def _delivered(self, outcome: Outcome) -> Next:
+        raise TypeError(f"{type(self).__name__} started no child; got {outcome!r}")
+
+    def _reenter_fork(self, origin: Checkpoint) -> Next:
+        raise CheckpointError(f"run {self.execution_id!r}: a {type(self).__name__} run cannot fork here")
+
+    # -- entry points: each writes its first row (if any) and returns the first step -----------------
+
+    async def start(self, messages: Sequence[Message]) -> Next:
+        """A fresh run from ``messages`` (``seq`` 0 on a used id raises ``RunExists``)."""
+        self.rows.start_at(0)
+        return await self.begin(messages)
+
+    async def fork(self, base: Checkpoint, appended: Message | None) -> Next:
+        """A new run from ``base`` (a step of another run): the ``fork_origin`` row, then re-entry.
+
+        With ``appended`` (the next user message) the fork starts a new model turn at the base's
+        turn; without, it re-enters the base step itself (a model turn re-issued or a tool re-run).
+        """
+        self.rows.start_at(0)
+        transcript = Transcript.from_dicts(base.state_snapshot.get("messages", []))
+        if appended is not None:
+            transcript.append(appended)
+        origin = self._row(
+            node_id=FORK_ORIGIN,
+            step_type=FORK_ORIGIN,
+            turn=base.step_index,
+            transcript=transcript,
+            extra={k: v for k, v in base.state_snapshot.items() if k not in ("messages", "turn")},
+            node_input={
+                "base_execution_id": base.execution_id,
+                "base_node_id": base.node_id,
+                "base_step_type": base.step_type,
+                "base_node_input": base.node_input,
+                "input_appended": appended is not None,
+            },
+            parent=base.checkpoint_id,
+        )
+        await self._append(origin)
+        return self._reenter_fork(origin)
+
+    async def resume(self, resume: Resume | None) -> Next:
+        """Claim the pause with ``resume``, or recover from a crash when ``resume`` is None.
+
+        Validates first (reads the newest row, finds the tool) and only then appends (rule 9).
+        """
+        entry = await self.store.reentry(self.execution_id)
+        step = entry.step
+        self.rows.start_at(entry.newest.seq + 1)
+        if resume is not None:
+            if step.step_type != HITL_PAUSE or step.status != INTERRUPTED:
+                raise AlreadyResumed(
+                    f"run {self.execution_id!r} has no pending interrupt to claim: its newest step is "
+                    f"{step.node_id!r} ({step.step_type})"
+                )
+            self._check_tool(step)
+            claimed = resume.to_dict()
+            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed))
+            return await self._reenter_at(step, claimed, after_pause=True)
+        decision = entry.resume
+        after_pause = decision is not None
+        if step.step_type == HITL_PAUSE and decision is None:
+            if await self.store.pending(self.execution_id):
+                raise ResumeRequired(self.execution_id, reason=step.interrupt_reason)
+            # A cancelled pause has no pending row: the tool runs again and may pause again (rule 7).
+        self._check_tool(step)
+        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision))
+        if step.step_type == FORK_ORIGIN:
+            return self._reenter_fork(step)
+        return await self._reenter_at(step, decision, after_pause=after_pause)
+
+    async def _reenter_at(
+        self, step: Checkpoint, decision: dict[str, Any] | None, *, after_pause: bool
+    ) -> Next:
+        """Re-enter the run at its deepest step: ``shared`` as that row has it, hop numbers as the
+        rows have them, then each level from its own newest row."""
+        self.rows.shared = dict(step.state_snapshot.get(SHARED) or {})
+        plan = Plan(self.store, step, decision, after_pause=after_pause)
+        if self.runner.nested:
+            for row in await plan.rows():
+                if row.step_type == HANDOFF and row.agent_path is not None:
+                    hops = self.rows.hops
+                    hops[row.agent_path] = max(hops.get(row.agent_path, 0), row.step_index + 1)
+        return await self.reenter(plan)
+
+    async def cancel(self, reason: str, *, error: str | None = None) -> RunResult:
+        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11); its error
+        is ``error``, by default ``cancelled: <reason>``.
+
+        A step write racing the marker makes it re-read the newest row and try again.
+        """
+        error = error if error is not None else f"cancelled: {reason}"
+        for _ in range(_CANCEL_ATTEMPTS):
+            newest = await self.store.latest(self.execution_id)
+            if newest is None:
+                return RunResult(execution_id=self.execution_id, status="failed", error=error)
+            if newest.step_type == RUN_END and newest.status == COMPLETED:
+                raise AlreadyResumed(
+                    f"run {self.execution_id!r} already completed; there is nothing to cancel"
+                )
+            if newest.step_type == RUN_END:
+                # Already ended failed (e.g. the step in flight was cancelled and wrote the marker
+                # before this Cancel was handled): one marker is enough.
+                return RunResult(
+                    execution_id=self.execution_id,
+                    status="failed",
+                    error=newest.state_snapshot.get("run_error"),
+                )
+            self.rows.start_at(newest.seq + 1)
+            snapshot = newest.state_snapshot
+            self._good = list(snapshot.get("messages", []))
+            self._transcript = Transcript.from_dicts(self._good)
+            self._turn = newest.step_index
+            try:
+                return await self._end(FAILED, error=error, reason=reason)
+            except WriteConflict:
+                continue
+        raise WriteConflict(f"run {self.execution_id!r} kept writing while being cancelled; try again")
+
+    # -- the steps --------------------------------------------------------------------------------
+
+    async def step(self, step: Step) -> Next:
+        """Take one step; return the next one, a child to run, or how this level's work ended.
+
+        A pause is :class:`Paused`; an exception is :class:`Failed` (rule 12), except a lost race or
+        a used id, which propagate: that writer stops and writes nothing more.
+        """
+        try:
+            return await self._step(step)
+        except PausedSignal as paused:
+            return Paused(paused.pending)
+        except (AlreadyResumed, RunExists, OwnershipLost):
+            raise
+        except Exception as error:
+            return Failed(f"{type(error).__name__}: {error}")
+
+    async def deliver(self, outcome: Outcome) -> Next:
+        """Take in the outcome of the child this level's last step started (as :meth:`step` does)."""
+        try:
+            return await self._delivered(outcome)
+        except PausedSignal as paused:
+            return Paused(paused.pending)
+        except (AlreadyResumed, RunExists, OwnershipLost):
+            raise
+        except Exception as error:
+            return Failed(f"{type(error).__name__}: {error}")
+
+    async def conclude(self, outcome: Outcome) -> RunResult:
+        """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
+        match outcome:
+            case Paused(pending=pending):
+                return RunResult(execution_id=self.execution_id, status="paused", pending=pending)
+            case Answered(output=output):
+                try:
+                    return await self._end(COMPLETED, output=output)
+                except (AlreadyResumed, RunExists, OwnershipLost):
+                    raise
+                except Exception as error:
+                    return await self._end(FAILED, error=f"{type(error).__name__}: {error}")
+            case Failed(error=error):
+                return await self._end(FAILED, error=error)
+        raise TypeError(f"unknown outcome {outcome!r}")  # pragma: no cover
+
+    # -- rows -------------------------------------------------------------------------------------
+
+    async def _end(
+        self, status: str, *, output: str | None = None, error: str | None = None, reason: str | None = None
+    ) -> RunResult:
+        """The ``run_end`` marker (only the root writes it), shielded so a cancel cannot lose it."""
+        extra: dict[str, Any] = {"run_status": status}
+        if output is not None:
+            extra["output"] = output
+        if error is not None:
+            error = extra["run_error"] = storable_text(error)
+        if reason is not None:
+            extra["run_reason"] = storable_text(reason)
+        row = self._row(
+            node_id=RUN_END, step_type=RUN_END, turn=self._turn + 1, transcript=self._transcript, extra=extra
+        )
+        row.status = status
+        try:
+            await self.rows.end(row)
+        except SerializationError:
+            if status != FAILED:
+                raise  # the caller ends the run failed instead
+            # The conversation since the newest stored row is what the store refused: the marker
+            # carries the conversation up to that row, so the run always ends (never stuck).
+            kept = {**row.state_snapshot, "messages": self._good}
+            await self.rows.end(msgspec.structs.replace(row, state_snapshot=kept))
+        if status == FAILED:
+            if reason is None:  # a failure, not a cancel: the developer hears of it
+                _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
+            return RunResult(execution_id=self.execution_id, status="failed", error=error)
+        return RunResult(execution_id=self.execution_id, status="completed", output=output)
+
+    def _row(
+        self,
+        *,
+        node_id: str,
+        step_type: str,
+        turn: int,
+        transcript: Transcript,
+        extra: dict[str, Any] | None = None,
+        node_input: dict[str, Any] | None = None,
+        tool: str | None = None,
+        parent: str | None = None,
+    ) -> Checkpoint:
+        """A step row of this agent: the transcript and turn as its snapshot, written as the tool
+        (``/tool:<name>``) when ``tool`` is given (rule 3)."""
+        snapshot: dict[str, Any] = {"messages": transcript.snapshot(), "turn": turn}
+        if extra:
+            snapshot.update(extra)
+        return self.rows.row(
+            node_id=node_id,
+            step_type=step_type,
+            step_index=turn,
+            snapshot=snapshot,
+            agent_path=f"{self.path}/tool:{tool}" if tool else self.path,
+            node_input=node_input,
+            parent=parent,
+        )
+
+    async def _append(self, row: Checkpoint) -> None:
+        """Append a row of this conversation and remember its messages as the last stored ones."""
+        await self.rows.append(row)
+        self._good = row.state_snapshot["messages"]
+
+    def _check_tool(self, step: Checkpoint) -> None:
+        """Refuse, before writing, a resume whose tool the agent at the step's path lacks
+        (``ToolNotFound``)."""
+        name = step.state_snapshot.get("tool_name")
+        if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
+            self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the JSON rule keeps it: a NUL or a lone surrogate (an exception's message may hold
+    one) written as its escape, so a marker's error can always be stored."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

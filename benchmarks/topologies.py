@@ -1,0 +1,183 @@
+"""Topologies: a Supervisor with one Agent worker beside the same work done by one agent, per step.
+
+    python -m benchmarks.topologies [--runs 200] [--rounds 5] [--backend sqlite|postgres] [--tiny]
+
+The work: an offline deterministic model decides, a ``refund(order, amount)`` tool runs once, and
+the run answers. Two runners do it, one run after another, each measurement on a fresh database
+(SQLite: WAL, ``synchronous=FULL``; PostgreSQL: a fresh schema), interleaved over ``--rounds`` rounds:
+
+* agent: one ``Agent``: model call (asks for the tool), the tool, model call (answers): 3 step rows
+  and ``run_end``;
+* supervisor: ``Supervisor("desk", manager, {"clerk": worker})``: the manager's model call (asks to
+  delegate), its ``delegate_to_clerk`` tool row, then the worker as a child actor (model call, the
+  tool, model call), then the manager's model call that answers with the worker's result: 3 model
+  calls of the manager and the worker's own, 6 step rows and ``run_end``.
+
+It prints runs/s of both, the time per step (a run's time divided by its step rows, ``run_end``
+included) and their ratio; the target is a topology step at most 1.5x an agent step. Every run is
+verified afterwards (its answer, the tool once per run, the rows in order). Medians of the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import asyncpg
+
+from actors import ActorSystem, Agent, Supervisor, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from benchmarks._common import PG_DSN, interleaved, median
+from stores import PostgresStore, SQLiteStore, Store
+
+TARGET = 1.5
+WARMUP = 2
+ANSWER = "refunded 20 on 1042"
+AGENT_ROWS = ["turn:0", "turn:0/tool:refund", "turn:1", "run_end"]
+SUPERVISOR_ROWS = [
+    ("supervisor:desk", "turn:0"),
+    ("supervisor:desk/tool:delegate_to_clerk", "turn:0/tool:delegate_to_clerk"),
+    ("supervisor:desk/worker:clerk", "turn:0"),
+    ("supervisor:desk/worker:clerk/tool:refund", "turn:0/tool:refund"),
+    ("supervisor:desk/worker:clerk", "turn:1"),
+    ("supervisor:desk", "turn:1"),
+    ("supervisor:desk", "run_end"),
+]
+
+
+class Count:
+    """Tool runs, checked against the number of runs."""
+
+    refunds = 0
+
+
+@tool
+def refund(order: str, amount: int) -> str:
+    """Refund ``amount`` on ``order``."""
+    Count.refunds += 1
+    return f"refunded {amount} on {order}"
+
+
+def worker_model(messages: list[Message]) -> str | ModelReply:
+    if messages[-1].role == "tool":
+        return messages[-1].content
+    return ModelReply(tool_calls=[ToolCall("refund", {"order": "1042", "amount": 20})])
+
+
+def manager_model(messages: list[Message]) -> str | ModelReply:
+    if messages[-1].role == "tool":
+        return messages[-1].content
+    return ModelReply(tool_calls=[ToolCall("delegate_to_clerk", {"task": "refund 20 on order 1042"})])
+
+
+def agent() -> Agent:
+    return Agent("clerk", FunctionModel(worker_model), tools=[refund])
+
+
+def supervisor() -> Supervisor:
+    manager = Agent("manager", FunctionModel(manager_model))
+    return Supervisor("desk", manager, {"clerk": agent()})
+
+
+def open_store(backend: str, workdir: Path, tag: str) -> Store:
+    if backend == "sqlite":
+        return SQLiteStore(workdir / f"{tag}.db")
+    return PostgresStore(PG_DSN, schema=f"bench_topo_{os.getpid()}_{tag}")
+
+
+async def drop(store: Store, backend: str) -> None:
+    if backend == "postgres" and isinstance(store, PostgresStore):
+        conn = await asyncpg.connect(PG_DSN)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{store.schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+async def measure(name: str, backend: str, runs: int, workdir: Path, tag: str) -> float:
+    """Seconds per run of ``runs`` runs of ``name`` one after another (after warm-up), verified."""
+    runner = agent() if name == "agent" else supervisor()
+    store = open_store(backend, workdir, tag)
+    try:
+        async with store, ActorSystem(store) as system:
+
+            async def one(run_id: str) -> None:
+                result = await (await system.spawn(runner, "refund order 1042", execution_id=run_id)).result()
+                if result.output != ANSWER:
+                    raise AssertionError(f"{name}: run {run_id} answered {result!r}")
+
+            for i in range(WARMUP):
+                await one(f"warm-{i}")
+            before = Count.refunds
+            start = time.perf_counter()
+            for i in range(runs):
+                await one(f"run-{i}")
+            elapsed = time.perf_counter() - start
+            if Count.refunds - before != runs:
+                raise AssertionError(f"{name}: the tool ran {Count.refunds - before} times in {runs} runs")
+            for run_id in ("run-0", f"run-{runs - 1}"):
+                rows = await system.history(run_id)
+                if name == "agent":
+                    assert [r.node_id for r in rows] == AGENT_ROWS, rows
+                else:
+                    assert [(r.agent_path, r.node_id) for r in rows] == SUPERVISOR_ROWS, rows
+    finally:
+        await drop(store, backend)
+    return elapsed / runs
+
+
+async def run(runs: int, rounds: int, backend: str) -> bool:
+    counter = iter(range(1_000_000))
+    with tempfile.TemporaryDirectory(prefix="bench-topo-") as tmp:
+        workdir = Path(tmp)
+
+        def measurement(name: str) -> Callable[[], Awaitable[float]]:
+            async def go() -> float:
+                return await measure(name, backend, runs, workdir, f"{name}{next(counter)}")
+
+            return go
+
+        samples = await interleaved(
+            rounds, {"agent": measurement("agent"), "supervisor": measurement("supervisor")}
+        )
+    agent_run = median(samples["agent"])
+    topo_run = median(samples["supervisor"])
+    agent_step = agent_run / len(AGENT_ROWS)
+    topo_step = topo_run / len(SUPERVISOR_ROWS)
+    ratio = topo_step / agent_step
+    print(f"topologies, {backend}: {runs} runs one after another per measurement, medians of {rounds} rounds")
+    header = f"{'runner':<12}{'runs/s':>10}{'rows/run':>10}{'ms/run':>10}{'ms/step':>10}{'x agent/step':>14}"
+    print(header)
+    print("-" * len(header))
+    for label, per_run, rows in (("agent", agent_run, AGENT_ROWS), ("supervisor", topo_run, SUPERVISOR_ROWS)):
+        step = per_run / len(rows)
+        print(
+            f"{label:<12}{1 / per_run:>10,.0f}{len(rows):>10}{per_run * 1e3:>10.3f}{step * 1e3:>10.3f}"
+            f"{step / agent_step:>13.2f}x"
+        )
+    passed = ratio <= TARGET
+    print(
+        f"time per step, supervisor / agent: {ratio:.2f}x (target <= {TARGET:.2f}x): {'PASS' if passed else 'MISS'}"
+    )
+    print("correctness: ok (every run answered, the tool ran once per run, the rows in order)")
+    return passed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
+    args = parser.parse_args(argv)
+    runs, rounds = (10, 3) if args.tiny else (args.runs, args.rounds)
+    anyio.run(run, runs, rounds, args.backend)
+
+
+if __name__ == "__main__":
+    main()
