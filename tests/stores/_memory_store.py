@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import msgspec
+from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
 from stores._base import check_history_range, check_page, intent_key
-from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, encode_cache_value, encode_pending
+from stores._codec import DEFAULT_MAX_ROW_BYTES
 from stores._errors import (
     AlreadyResumed,
     IncompatibleSchema,
@@ -22,9 +22,11 @@ from stores._errors import (
     RunNotFound,
     WriteConflict,
     check_execution_id,
+    marker_not_step,
+    no_checkpoint,
+    no_checkpoints,
 )
 from stores._heads import RunHead, check_heads_arguments
-from stores._json import normalize
 from stores._model import (
     COMPLETED,
     RUN_END,
@@ -35,7 +37,6 @@ from stores._model import (
     ReEntry,
     utcnow,
 )
-from stores._reentry import resolve_forkable, resolve_reentry
 from stores._watch import RowWatch
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
@@ -63,17 +64,6 @@ class MemoryDatabase:
 _instances = itertools.count(1)
 
 
-def _norm_row(row: Checkpoint) -> Checkpoint:
-    """The row as a store gives it back: its JSON fields normalised, everything else as written."""
-    return msgspec.structs.replace(
-        row,
-        state_snapshot=normalize(row.state_snapshot),
-        node_input=normalize(row.node_input),
-        node_output=normalize(row.node_output),
-        interrupt_context=normalize(row.interrupt_context),
-    )
-
-
 class MemoryStore:
     """An in-memory :class:`~stores.Store` and :class:`~stores.ReplicatedStore`."""
 
@@ -81,7 +71,7 @@ class MemoryStore:
         self, db: MemoryDatabase | None = None, *, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
     ) -> None:
         self.db = db if db is not None else MemoryDatabase()
-        self._logs = MessageLogs(max_row_bytes=max_row_bytes)
+        self._max_row_bytes = max_row_bytes
         self._me = next(_instances)
 
     async def setup(self) -> None:
@@ -98,13 +88,12 @@ class MemoryStore:
     # -- writes ------------------------------------------------------------------------------------
 
     def _check(self, row: Checkpoint) -> Checkpoint:
-        """Validate like a backend (JSON rule, size of the new content); remember the log on success."""
-        try:
-            self._logs.plan(row)
-        except BaseException:
-            self._logs.forget(row.execution_id)
-            raise
-        return _norm_row(row)
+        """Validate by the documented rules (the id's limits, the JSON rule, the size of the new content)."""
+        check_execution_id(row.execution_id)
+        stored = stored_row(row)
+        earlier = [r for r in self._sorted(row.execution_id) if r.seq < row.seq]
+        added_bytes(stored, earlier, self._max_row_bytes)
+        return stored
 
     def _conflict(self, row: Checkpoint) -> None:
         run = self.db.rows.get(row.execution_id, {})
@@ -130,12 +119,10 @@ class MemoryStore:
         self._conflict(row)
         if row.execution_id in self.db.pending:
             raise WriteConflict(f"run {row.execution_id!r} is already paused")
-        try:
-            encode_pending(pending)
-            context = normalize(pending.context, path="$.context")
-        except BaseException:
-            self._logs.forget(row.execution_id)
-            raise
+        check_execution_id(pending.execution_id)
+        for name in ("execution_id", "reason", "node_id", "agent_path"):
+            text_field(getattr(pending, name), f"$.{name}")
+        context = json_copy(pending.context, "$.context")
         stored = self._check(row)
         self._insert(stored)
         self.db.pending[stored.execution_id] = PendingInterrupt(
@@ -178,24 +165,26 @@ class MemoryStore:
 
     async def reentry(self, execution_id: str) -> ReEntry:
         check_execution_id(execution_id)
-        return await resolve_reentry(
-            execution_id,
-            await self.latest(execution_id),
-            lambda s: self._row_at(execution_id, s),
-            lambda s: self._row_before(execution_id, s),
-        )
+        newest = await self.latest(execution_id)
+        if newest is None:
+            raise no_checkpoints(execution_id)
+        step, decision, _ = walk(execution_id, self.db.rows[execution_id], newest, refuse_finished=True)
+        return ReEntry(step=step, newest=newest, resume=decision)
 
     async def forkable(self, execution_id: str, checkpoint_id: str | None = None) -> Checkpoint:
         check_execution_id(execution_id)
-        named = await self.get(execution_id, checkpoint_id) if checkpoint_id is not None else None
-        return await resolve_forkable(
-            execution_id,
-            await self.latest(execution_id),
-            named,
-            checkpoint_id,
-            lambda s: self._row_at(execution_id, s),
-            lambda s: self._row_before(execution_id, s),
-        )
+        if checkpoint_id is not None:
+            start = await self.get(execution_id, checkpoint_id)
+            if start is None:
+                raise no_checkpoint(execution_id, checkpoint_id)
+            if start.step_type == RUN_END:
+                raise marker_not_step(execution_id, checkpoint_id)
+        else:
+            start = await self.latest(execution_id)
+            if start is None:
+                raise no_checkpoints(execution_id)
+        step, _, _ = walk(execution_id, self.db.rows[execution_id], start, refuse_finished=False)
+        return step
 
     async def get(self, execution_id: str, checkpoint_id: str) -> Checkpoint | None:
         check_execution_id(execution_id)
@@ -307,29 +296,18 @@ class MemoryStore:
         return deleted
 
     async def _reentry_chain(self, eid: str, rows: list[Checkpoint]) -> set[int]:
+        """The rows prune keeps of a run that has not completed: the newest row, the re-entry row
+        (the newest that is not a marker) and every row the re-entry walk reads."""
         keep = {rows[-1].seq}
         non_markers = [r for r in rows if r.step_type != RUN_END]
         if non_markers:
             keep.add(non_markers[-1].seq)
-        visited: list[int] = []
-
-        async def row_at(seq: int) -> Checkpoint | None:
-            row = await self._row_at(eid, seq)
-            if row is not None:
-                visited.append(seq)
-            return row
-
-        async def row_before(seq: int) -> Checkpoint | None:
-            row = await self._row_before(eid, seq)
-            if row is not None:
-                visited.append(row.seq)
-            return row
-
+        read: set[int] = set()
         try:
-            await resolve_reentry(eid, rows[-1], row_at, row_before)
-        except Exception:
-            pass
-        return keep | set(visited)
+            walk(eid, self.db.rows[eid], rows[-1], refuse_finished=False, read=read)
+        except RunNotFound:
+            pass  # only markers and bookkeeping: keep what the walk read
+        return keep | read
 
     # -- cache -----------------------------------------------------------------------------------
 
@@ -339,8 +317,9 @@ class MemoryStore:
         return None if hit is None else Cached(hit[0])
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
-        encode_cache_value(execution_id, key, value)
-        normal = normalize(value)
+        check_execution_id(execution_id)
+        text_field(key, "$.key")
+        normal = json_copy(value, "$")
         hit = self.db.cache.setdefault((execution_id, key), (normal, utcnow()))
         return hit[0]
 
@@ -423,13 +402,14 @@ class MemoryStore:
             raise RunExists(f"run {execution_id!r} already has checkpoints")
         checked = [self._check(row) for row in sorted(rows, key=lambda r: r.seq)]
         for entry in cache:
-            encode_cache_value(execution_id, entry.key, entry.value)
+            text_field(entry.key, "$.key")
+            json_copy(entry.value, "$")
         for row in checked:
             self._conflict(row)
         for row in checked:
             self._insert(row, synced=True)
         for entry in cache:
-            self.db.cache.setdefault((execution_id, entry.key), (normalize(entry.value), entry.created_at))
+            self.db.cache.setdefault((execution_id, entry.key), (json_copy(entry.value), entry.created_at))
             self.db.cache_sent.add((execution_id, entry.key))
         if pending is not None:
             self.db.pending[execution_id] = pending

@@ -6,13 +6,15 @@ import asyncio
 import itertools
 import math
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from _memory_store import MemoryStore
 from conftest import Backend, drop_pg_schema
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -27,6 +29,7 @@ from stores import (
     TOOL_CALL,
     AlreadyResumed,
     Store,
+    utcnow,
 )
 from stores.testing import make_message, make_pending, make_row, run_end_row
 
@@ -52,16 +55,22 @@ class StoreMachine(RuleBasedStateMachine):
         self.backend, self.cleanup = self.open_backend()
         self.real: Store = self.backend.open()
         self.model = MemoryStore()
-        self.run(self.real.setup())
-        self.run(self.model.setup())
+        # A second instance of each on the same database: the lock rules need two holders.
+        self.real2: Store = self.backend.open()
+        self.model2 = MemoryStore(self.model.db)
+        for store in (self.real, self.model, self.real2, self.model2):
+            self.run(store.setup())
         self.conv: dict[str, list[Any]] = {}
         self.counter = itertools.count()
 
     def run(self, coro: Awaitable[Any]) -> Any:
         return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
 
-    def both(self, call: Callable[[Store], Awaitable[Any]], *, claim: bool = False) -> Any:
-        got = [self._outcome(call(store), claim) for store in (self.real, self.model)]
+    def both(
+        self, call: Callable[[Store], Awaitable[Any]], *, claim: bool = False, second: bool = False
+    ) -> Any:
+        pair = (self.real2, self.model2) if second else (self.real, self.model)
+        got = [self._outcome(call(store), claim) for store in pair]
         assert got[0] == got[1], f"{self.backend.name} diverged from the model: {got[0]!r} != {got[1]!r}"
         return got[1]
 
@@ -90,6 +99,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            self.run(self.real2.close())
             self.run(self.real.close())
         finally:
             self.loop.close()
@@ -104,8 +114,9 @@ class StoreMachine(RuleBasedStateMachine):
         step=st.sampled_from(["llm", "tool", "recover", "end-completed", "end-failed"]),
         grow=st.integers(0, 3),
         cut=st.integers(0, 2),
+        old=st.booleans(),
     )
-    def append(self, eid: str, where: str, pick: int, step: str, grow: int, cut: int) -> None:
+    def append(self, eid: str, where: str, pick: int, step: str, grow: int, cut: int, old: bool) -> None:
         seq = {"next": self.next_seq(eid), "taken": self.taken_seq(eid, pick), "zero": 0}[where]
         if step.startswith("end-"):
             row = run_end_row(eid, seq, FAILED if step == "end-failed" else "completed")
@@ -119,6 +130,8 @@ class StoreMachine(RuleBasedStateMachine):
                 messages=self.messages(eid, grow, cut),
                 agent_path="agent:a/tool:t" if step == "tool" else "agent:a",
             )
+        if old:  # older than prune's cutoff below (a fixed cutoff: no clock race between the two)
+            row = msgspec.structs.replace(row, created_at=utcnow() - timedelta(days=10))
         self.both(lambda s: s.append(row))
 
     @rule(eid=RUNS)
@@ -126,8 +139,8 @@ class StoreMachine(RuleBasedStateMachine):
         row = make_row(eid, self.next_seq(eid), messages=self.messages(eid, 1, 0), node_input={"x": math.nan})
         self.both(lambda s: s.append(row))
 
-    @rule(eid=RUNS, grow=st.integers(0, 2))
-    def pause(self, eid: str, grow: int) -> None:
+    @rule(eid=RUNS, grow=st.integers(0, 2), old=st.booleans())
+    def pause(self, eid: str, grow: int, old: bool) -> None:
         row = make_row(
             eid,
             self.next_seq(eid),
@@ -139,6 +152,8 @@ class StoreMachine(RuleBasedStateMachine):
             interrupt_reason="approve",
             interrupt_context={"n": next(self.counter)},
         )
+        if old:
+            row = msgspec.structs.replace(row, created_at=utcnow() - timedelta(days=10))
         pending = make_pending(eid, row, context=row.interrupt_context)
         self.both(lambda s: s.append_pause(row, pending))
 
@@ -174,6 +189,42 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def cache_put(self, eid: str, key: str, value: Any) -> None:
         self.both(lambda s: s.cache_put(eid, key, value))
+
+    @rule()
+    def prune(self) -> None:
+        self.both(lambda s: s.prune(timedelta(days=1)))
+
+    # -- ownership locks: two holders on one database ----------------------------------------------
+
+    def _holder(self, second: bool) -> MemoryStore:
+        return self.model2 if second else self.model
+
+    @rule(eid=RUNS, second=st.booleans())
+    def lock(self, eid: str, second: bool) -> None:
+        # A holder taking a run it holds already is left out: the protocol does not say what it
+        # returns (PostgreSQL's advisory locks stack).
+        assume(self.model.db.locks.get(eid) != self._holder(second)._me)
+        self.both(lambda s: s.try_lock(eid), second=second)
+
+    @rule(eid=RUNS, second=st.booleans())
+    def unlock(self, eid: str, second: bool) -> None:
+        self.both(lambda s: s.unlock(eid), second=second)
+
+    # -- the outbox --------------------------------------------------------------------------------
+
+    @rule(limit=st.integers(1, 5))
+    def fetch_unsynced(self, limit: int) -> None:
+        self.both(lambda s: s.fetch_unsynced(limit))  # type: ignore[attr-defined]
+
+    @rule(limit=st.integers(1, 3), quarantine=st.booleans())
+    def mark_synced(self, limit: int, quarantine: bool) -> None:
+        ids = [r.checkpoint_id for r in self.run(self.model.fetch_unsynced(limit))]
+        if quarantine:
+            self.both(lambda s: s.mark_quarantined({cid: "poison" for cid in ids}))  # type: ignore[attr-defined]
+        else:
+            self.both(lambda s: s.mark_synced(ids))  # type: ignore[attr-defined]
+        for cid in ids:
+            self.both(lambda s, cid=cid: s.sync_state(cid))  # type: ignore[attr-defined,misc]
 
     # -- reads -----------------------------------------------------------------------------------
 
