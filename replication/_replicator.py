@@ -35,6 +35,8 @@ _BACKOFF_MAX: Final = 60.0
 #: The longest ``Retry-After`` honoured as given (a longer one waits this long).
 _RETRY_AFTER_MAX: Final = 600.0
 _KICK: Final = Kick()
+#: How long a kick waits before its drain, so that the commits of that moment share one POST.
+LINGER: Final = 0.2
 _log = logging.getLogger("tether")
 
 
@@ -149,12 +151,17 @@ class Replicator(Actor):
     async def receive(self, ctx: ActorContext, message: ReplicatorMessage) -> Drained | None:
         match message:
             case Kick():
-                self._kick_queued = False
                 if not self._waiting:
-                    await self._drain(Drained())
+                    # Let the commits of the next moment join this drain: fewer, fuller POSTs
+                    # and outbox marks while runs are busy; the kicks meanwhile are absorbed.
+                    await anyio.sleep(LINGER)
+                    self._kick_queued = False
+                    await self._drain(Drained(), until_empty=False)
+                else:
+                    self._kick_queued = False
             case Tick():
                 self._armed = False
-                await self._drain(Drained())
+                await self._drain(Drained(), until_empty=False)
             case Drain():
                 return await self._drain(Drained())
         return None
@@ -179,8 +186,10 @@ class Replicator(Actor):
             raise RuntimeError(f"{self!r} is not attached to a store: give it to ActorSystem(replicator=...)")
         return self._store
 
-    async def _drain(self, done: Drained) -> Drained:
-        """Send batches until the outbox is empty or the plane cannot take more now."""
+    async def _drain(self, done: Drained, *, until_empty: bool = True) -> Drained:
+        """Send batches until the outbox is empty or the plane cannot take more now. A drain for
+        a kick or a tick stops after a batch that was not full: what was written meanwhile kicked
+        again, and waits for its own (fuller) batch."""
         box = self._outbox()
         try:
             while True:
@@ -193,6 +202,8 @@ class Replicator(Actor):
                     return done
                 if done.sent + done.quarantined == settled:
                     break  # only rows to send whole again were left: the next drain takes them
+                if not until_empty and len(rows) < self.batch_size:
+                    break
             while entries := await box.fetch_unsynced_cache(self.batch_size):
                 if not await self._ship_cache(box, entries, done):
                     done.buffered = True

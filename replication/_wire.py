@@ -109,13 +109,13 @@ def cache_item(execution_id: str, key: str, value: Any, created_at: datetime) ->
     return CacheItem(execution_id=execution_id, key=key, value=value, created_at=created_at)
 
 
-def _item(row: Checkpoint, messages: Messages | None, snapshot: dict[str, Any]) -> Item:
+def _item(row: Checkpoint, messages: Messages | None, snapshot: dict[str, Any], kind: str) -> Item:
     return Item(
         checkpoint_id=row.checkpoint_id,
         execution_id=row.execution_id,
         seq=row.seq,
         runner=row.runner,
-        resource_type=resource_type(row.agent_path),
+        resource_type=kind,
         agent_id=row.runner,
         node_id=row.node_id,
         step_index=row.step_index,
@@ -158,6 +158,7 @@ class Conversations:
     def items(self, rows: Sequence[Checkpoint]) -> list[Item]:
         """The wire items of ``rows`` (in order), each adding its messages over what came before."""
         held: dict[tuple[str, str], list[Any]] = {}
+        kinds: dict[str | None, str] = {}
         out: list[Item] = []
         for row in rows:
             messages, snapshot = _split(row)
@@ -169,7 +170,10 @@ class Conversations:
                     before = self._runs.get(key[0], {}).get(key[1], [])
                 wire = Messages(log=key[1], count=len(messages), new=messages[_start(before, messages) :])
                 held[key] = messages
-            out.append(_item(row, wire, snapshot))
+            kind = kinds.get(row.agent_path)
+            if kind is None:
+                kind = kinds[row.agent_path] = resource_type(row.agent_path)
+            out.append(_item(row, wire, snapshot, kind))
         return out
 
     def accepted(self, rows: Iterable[Checkpoint]) -> None:

@@ -143,12 +143,32 @@ async def test_retry_after_is_honoured(tmp_path: Any, plane: Plane) -> None:
 async def test_old_rows_of_a_paused_run_stay_buffered_until_the_plane_takes_them(
     store_backend: Backend, plane: Plane
 ) -> None:
-    """Rows a month old, refused with 503 three times in a row, all land afterwards: no age bound."""
+    """Rows a month old, refused with 503 twice in a row, all land afterwards: no age bound."""
     store = store_backend.open()
     rows = await written(store, 3, created_at=utcnow() - timedelta(days=30))
-    plane.faults.status, plane.faults.times = 503, 3
+    plane.faults.status, plane.faults.times = 503, 2
     await replicate_all(store, plane, rows)
     assert await synced(store, rows) == [(True, None)] * 3
-    assert plane.faults.statuses[:3] == [503] * 3
+    assert plane.faults.statuses[:2] == [503] * 2
     assert await plane_rows(plane, "run-p") == rows
+    await store.close()
+
+
+async def test_an_unreachable_plane_keeps_the_rows_buffered(tmp_path: Any) -> None:
+    """A transport error (nothing listens) quarantines nothing: the rows wait, unsent."""
+    import socket
+
+    from stores import SQLiteStore
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    store = SQLiteStore(tmp_path / "local.db")
+    rows = await written(store, 3)
+    replicator = Replicator(f"http://127.0.0.1:{port}", "key-a", flush_timeout=0.5)
+    async with ActorSystem(store, replicator=replicator):
+        report = await replicator.drain()
+        assert report.buffered and (report.sent, report.quarantined) == (0, 0)
+    assert await synced(store, rows) == [(False, None)] * 3
+    assert await store.fetch_unsynced(10) == rows
     await store.close()

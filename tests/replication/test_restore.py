@@ -6,6 +6,7 @@ backends for the local stores."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,37 @@ async def test_restore_from_plane_by_hand(plane: Plane, tmp_path: Path) -> None:
     assert await restore_from_plane(other, paused.execution_id, url=plane.url, api_key="key-b") is None
     await fresh.close()
     await other.close()
+
+
+async def test_a_paused_supervisor_run_resumes_elsewhere(
+    store_backend: Backend, plane: Plane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Supervisor whose Swarm worker paused deep inside: restored on a fresh store with every row
+    (the supervisor's first row, the hand-offs, the pause), it finishes with one charge in total."""
+    sys.path.insert(0, str(HERE.parent / "actors" / "durable" / "topologies"))
+    from _team import BASELINE, OUTPUT, counts, team
+
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv("TEAM_LEDGER", str(ledger))
+    monkeypatch.setenv("TEAM_GATES", "billing")
+    here = store_backend.open()
+    replicator = Replicator(plane.url, "key-a")
+    async with ActorSystem(here, runners=[team()], replicator=replicator) as system:
+        ref = await system.spawn(team(), "handle order 1042", execution_id="ops-r")
+        paused = await ref.result(timeout=30)
+        assert paused.status == "paused"
+        assert paused.pending is not None
+        assert paused.pending.agent_path == "supervisor:ops/worker:support/agent:billing/tool:refund"
+        await replicated(here, replicator)
+        rows = await system.history("ops-r")
+    await here.delete_run("ops-r")
+    await here.close()
+
+    elsewhere = second(store_backend, tmp_path)
+    async with ActorSystem(elsewhere, runners=[team()], replicator=Replicator(plane.url, "key-a")) as system:
+        done = await system.resume("ops-r", Resume(approved=True, metadata={"approver": "dana"}), timeout=30)
+        assert (done.status, done.output) == ("completed", OUTPUT)
+        assert (await system.history("ops-r"))[: len(rows)] == rows
+    await elsewhere.close()
+    # nothing before the pause ran twice; the refund tool ran again with the decision; one charge
+    assert counts(ledger) == BASELINE + Counter({"tool refund": 1, "charge 1042": 1})
