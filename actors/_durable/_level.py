@@ -257,17 +257,17 @@ class Level:
                     hops[row.agent_path] = max(hops.get(row.agent_path, 0), row.step_index + 1)
         return await self.reenter(plan)
 
-    async def cancel(self, reason: str) -> RunResult:
-        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11).
+    async def cancel(self, reason: str, *, error: str | None = None) -> RunResult:
+        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11); its error
+        is ``error``, by default ``cancelled: <reason>``.
 
         A step write racing the marker makes it re-read the newest row and try again.
         """
+        error = error if error is not None else f"cancelled: {reason}"
         for _ in range(_CANCEL_ATTEMPTS):
             newest = await self.store.latest(self.execution_id)
             if newest is None:
-                return RunResult(
-                    execution_id=self.execution_id, status="failed", error=f"cancelled: {reason}"
-                )
+                return RunResult(execution_id=self.execution_id, status="failed", error=error)
             if newest.step_type == RUN_END and newest.status == COMPLETED:
                 raise AlreadyResumed(
                     f"run {self.execution_id!r} already completed; there is nothing to cancel"
@@ -286,7 +286,7 @@ class Level:
             self._transcript = Transcript.from_dicts(self._good)
             self._turn = newest.step_index
             try:
-                return await self._end(FAILED, error=f"cancelled: {reason}", reason=reason)
+                return await self._end(FAILED, error=error, reason=reason)
             except WriteConflict:
                 continue
         raise WriteConflict(f"run {self.execution_id!r} kept writing while being cancelled; try again")

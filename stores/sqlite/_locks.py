@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._errors import StoreUnavailable
-from .._model import new_id
+from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
 from .._owners import Ownership
 
 __all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "take_row"]
@@ -186,15 +186,20 @@ def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: Live
     return True
 
 
-def release_row(conn: sqlite3.Connection, execution_id: str, owner: str, queue: bool) -> None:
-    """In a write transaction: delete the run's row if ``owner`` holds it, or queue it (no owner)."""
-    if queue:
+def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None:
+    """In a write transaction: delete the run's row if ``owner`` holds it and the run rests (or has
+    no rows); a run left mid-step is handed to the fleet instead (no owner)."""
+    newest = conn.execute(
+        "SELECT step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
+        (execution_id,),
+    ).fetchone()
+    if newest is None or newest[0] == RUN_END or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED):
+        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
+    else:
         conn.execute(
             f"UPDATE run_owners SET owner = NULL, since = {_NOW} WHERE execution_id = ? AND owner = ?",
             (execution_id, owner),
         )
-    else:
-        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
 
 
 def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:

@@ -616,8 +616,8 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         lock = self._liveness
         return await self._write(lambda c: take_row(c, execution_id, owner, lock))
 
-    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
-        await self._write(lambda c: release_row(c, execution_id, owner, queue))
+    async def _release_row(self, execution_id: str, owner: str) -> None:
+        await self._write(lambda c: release_row(c, execution_id, owner))
 
     async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         await self._hold()

@@ -8,10 +8,15 @@ from .._errors import (
     AlreadyResumed,
     CheckpointError,
     RunNotFound,
+    already_finished,
+    marker_not_step,
+    no_checkpoint,
+    no_step,
 )
 from .._model import (
     RECOVER,
     REENTRY_SEQ,
+    RESUME_KEY,
     ReEntry,
 )
 from .._protocol import Store
@@ -102,3 +107,54 @@ class ReentryTests(ConformanceBase):
             with pytest.raises(RunNotFound):
                 await store.forkable("ghost-run", rows[0].checkpoint_id)
             assert await store.history("run-a") == rows
+
+    async def test_bookkeeping_rows_with_no_usable_target_read_the_row_below(self, store: Store) -> None:
+        with self.bounded():
+            # A reentry_seq that is missing, not an int (a str, a bool), the row's own seq or a later
+            # one names nothing: the walk reads the row below instead.
+            targets: list[object] = ["missing", "2", True, 4, 9]
+            for i, target in enumerate(targets):
+                eid = f"run-{i}"
+                rows = await self.crashed_run(store, eid)
+                node_input = {} if target == "missing" else {REENTRY_SEQ: target}
+                recover = make_row(eid, 4, rows[1].node_id, step_type=RECOVER, node_input=node_input)
+                await self.write(store, [make_row(eid, 3, step_index=2), recover])
+                entry = await store.reentry(eid)
+                assert entry.step.seq == 3 and entry.newest == recover, target
+                assert (await store.forkable(eid)).seq == 3, target
+
+    async def test_the_newest_decision_on_the_way_wins(self, store: Store) -> None:
+        with self.bounded():
+            rows, _ = await self.paused_run(store, "run-a")
+            claim = resume_row("run-a", 3, rows[-1], approved=False, by="dana")
+            await store.claim(claim)
+            # A recover row carrying a later decision that names the resume row: its decision wins.
+            later = {"approved": True, "metadata": {"by": "erin"}}
+            recover = make_row(
+                "run-a",
+                4,
+                claim.node_id,
+                step_type=RECOVER,
+                node_input={REENTRY_SEQ: claim.seq, RESUME_KEY: later},
+            )
+            await store.append(recover)
+            assert await store.reentry("run-a") == ReEntry(step=rows[-1], newest=recover, resume=later)
+
+    async def test_reentry_and_fork_refusals_name_the_run_and_the_checkpoint(self, store: Store) -> None:
+        with self.bounded():
+            await self.completed_run(store, "done-run")
+            with pytest.raises(AlreadyResumed) as finished:
+                await store.reentry("done-run")
+            assert str(finished.value) == str(already_finished("done-run"))
+            marker = (await store.history("done-run"))[-1]
+            with pytest.raises(CheckpointError) as on_marker:
+                await store.forkable("done-run", marker.checkpoint_id)
+            assert str(on_marker.value) == str(marker_not_step("done-run", marker.checkpoint_id))
+            with pytest.raises(RunNotFound) as missing:
+                await store.forkable("done-run", "no-such-checkpoint")
+            assert str(missing.value) == str(no_checkpoint("done-run", "no-such-checkpoint"))
+            await self.write(store, [make_row("bare-run", 0, step_type=RECOVER, node_input={REENTRY_SEQ: 0})])
+            for call in (store.reentry("bare-run"), store.forkable("bare-run")):
+                with pytest.raises(RunNotFound) as bare:
+                    await call
+                assert str(bare.value) == str(no_step("bare-run"))
