@@ -184,7 +184,7 @@ SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorde
     "prune_skeleton": f"""
 SELECT execution_id, seq, step_type, status, (created_at < $1 AND {_SENT}) AS old,
        CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
-            THEN node_input END AS node_input
+            THEN node_input END AS node_input, agent_path
 FROM {{s}}.checkpoints
 WHERE execution_id IN (SELECT execution_id FROM {{s}}.checkpoints WHERE created_at < $1
                        UNION SELECT execution_id FROM {{s}}.idempotency_cache WHERE created_at < $1)

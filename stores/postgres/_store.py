@@ -414,6 +414,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
                             rec["status"],
                             rec["old"],
                             {} if node_input is None else decode(node_input),
+                            rec["agent_path"],
                         )
                     )
                 completed: list[str] = []
