@@ -1,10 +1,10 @@
-"""The errors of replication: a plane that cannot be used, and what it answered."""
+"""The error of replication: a plane that cannot be used."""
 
 from __future__ import annotations
 
 from stores import TetherError
 
-__all__ = ["PlaneError", "WireError"]
+__all__ = ["PlaneError"]
 
 
 class PlaneError(TetherError):
@@ -17,6 +17,3 @@ class PlaneError(TetherError):
         super().__init__(message)
         self.status = status
 
-
-class WireError(TetherError, ValueError):
-    """An item or a cache entry is not of the ingest shape; the message names the field."""
