@@ -16,4 +16,3 @@ class PlaneError(TetherError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
