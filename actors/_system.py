@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
-from ._durable import RunRef, Runs, list_runs, run_status
+from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, run_status
 from ._replica import KickingStore, ReplicatorLike
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class ActorSystem:
         runners: Iterable[Runner] = (),
         replicator: object | None = None,
         supervision: Supervision | None = None,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         self.store = store
         self.runners = tuple(runners)
@@ -59,6 +60,8 @@ class ActorSystem:
         self._replicated: Store | None = None
         self._runtime = ActorRuntime(self, supervision=supervision)
         self._runs = Runs(self._runtime, self._durable_store, self.runners)
+        self._fleet = Fleet(self._runs, self._durable_store)
+        self._fleet.max_recoveries = max_recoveries
         self._owns_store = False
         self._store_lock: anyio.Lock | None = None
 
@@ -169,6 +172,30 @@ class ActorSystem:
         """The pending interrupts of paused runs, newest first: all of them, or a page of ``limit``
         after ``after`` (the last entry of the previous page)."""
         return await self._runs.pending(limit=limit, after=after)
+
+    # -- the fleet (see actors._durable._sweep) -----------------------------------------------------
+
+    async def enqueue(
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
+    ) -> str:
+        """Write the run's first row and leave it for any process of the fleet to take (a sweep);
+        returns its id. ``execution_id`` defaults to a fresh id; a used one raises ``RunExists``."""
+        return await self._fleet.enqueue(runner, input, execution_id=execution_id)
+
+    async def sweep(self, *, limit: int = 100) -> int:
+        """Take each run that needs an owner (queued, or orphaned: its owner died) that this system
+        has the runner for, and drive it until it pauses, completes or fails; returns how many."""
+        return await self._fleet.sweep(limit=limit)
+
+    async def serve(self, *, concurrency: int = 16, poll: float = 1.0) -> None:
+        """Run sweeps until cancelled, at most ``concurrency`` runs at once, woken by new work
+        (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds."""
+        await self._fleet.serve(concurrency=concurrency, poll=poll)
+
+    async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
+        """Claim the run's pause with ``resume`` without driving it (no runner needed): the fleet
+        finishes the run. Exactly one claimer wins; the others get ``AlreadyResumed``."""
+        return await self._fleet.claim(execution_id, resume)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete old rows by rule 10 of ``docs/durability.md`` (never a pause or what a resume needs)."""

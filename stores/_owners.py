@@ -142,8 +142,9 @@ class OwnedStore:
         """Record ``owner`` with the run unless a live owner other than ``owner`` is recorded."""
         raise NotImplementedError
 
-    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
-        """Delete the run's ``run_owners`` row if ``owner`` holds it (``queue``: leave it ownerless)."""
+    async def _release_row(self, execution_id: str, owner: str) -> None:
+        """Drop the run's ``run_owners`` row if ``owner`` holds it and the run rests (its newest row is
+        a ``run_end`` or a pause, or it has none); otherwise hand the run to the fleet (no owner)."""
         raise NotImplementedError
 
     async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
@@ -152,6 +153,10 @@ class OwnedStore:
 
     async def _orphan_rows(self, limit: int) -> list[str]:
         """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
+        raise NotImplementedError
+
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have a ``run_owners`` row that names no owner (handed to the fleet)."""
         raise NotImplementedError
 
     def _probe(self) -> None:
@@ -188,22 +193,18 @@ class OwnedStore:
             took = await self._take_row(execution_id, owner)
         if scope.cancelled_caught:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
-                await self._release_row(execution_id, owner, queue=False)
+                await self._release_row(execution_id, owner)
             raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
         return took
 
     async def unlock(self, execution_id: str) -> None:
-        """Release the run's ownership if this store holds it (an abandoned run's row stays)."""
+        """Release the run's ownership if this store holds it. A run that rests is no one's; a run
+        left mid-step (or written and not driven: enqueued, claimed) is handed to the fleet, for any
+        sweep to take. An abandoned run's row stays as it is, for whoever takes it over."""
         check_execution_id(execution_id)
         owner = self._own.release(execution_id)
         if owner is not None:
-            await self._release_row(execution_id, owner, queue=False)
-
-    async def hand_off(self, execution_id: str) -> None:
-        """Release the run to the fleet: it stays recorded, with no owner, for any sweep to take."""
-        owner = self._own.release(execution_id)
-        if owner is not None:
-            await self._release_row(execution_id, owner, queue=True)
+            await self._release_row(execution_id, owner)
 
     async def orphans(self, limit: int = 100) -> list[str]:
         """Runs that need an owner: handed off (queued), or owned by an owner that died or lost its
@@ -217,6 +218,13 @@ class OwnedStore:
         if not execution_ids:
             return set()
         return await self._owned_rows(list(execution_ids))
+
+    async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs were handed to the fleet and not yet taken (enqueued, claimed, or
+        left mid-step): a plain read, no lock taken."""
+        if not execution_ids:
+            return set()
+        return await self._unowned_rows(list(execution_ids))
 
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""

@@ -2,7 +2,8 @@
 
 Built on ``actors._core`` (never the other way) and on ``stores``. The run's messages live in
 ``_messages``, its rows (``seq`` and the writes) in ``_runlog``, the agent loop in ``_engine``, the run
-actor in ``_run_actor`` and the public operations in ``_runs``. The rules and the row grammar the
+actor in ``_run_actor``, the public operations in ``_runs`` and the fleet (queue, sweep, claim) in
+``_sweep``. The rules and the row grammar the
 code cites are those of ``docs/durability.md``.
 """
 
@@ -22,12 +23,15 @@ from ._messages import Cancel, Recover, Resume
 from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
+from ._sweep import DEFAULT_MAX_RECOVERIES, Fleet
 from ._tools import tool
 from .topologies import Runner, Supervisor, Swarm
 
 __all__ = [
+    "DEFAULT_MAX_RECOVERIES",
     "Agent",
     "Cancel",
+    "Fleet",
     "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "Recover",

@@ -24,6 +24,7 @@ from stores import (
     HANDOFF,
     HITL_PAUSE,
     INTERRUPTED,
+    LLM_CALL,
     RECOVER,
     RESUME,
     RUN_END,
@@ -38,6 +39,8 @@ from stores import (
     Store,
     WriteConflict,
     conversation_of,
+    new_id,
+    utcnow,
 )
 
 from .._core import tether_logger
@@ -116,7 +119,7 @@ class Plan:
             if row.seq > self.after
             and conversation_of(row.agent_path) == path
             and row.step_type not in BOOKKEEPING_STEPS
-            and row.step_type != RUN_END
+            and row.step_type not in (RUN_END, FORK_ORIGIN)
         ]
 
 
@@ -192,6 +195,8 @@ class Level:
         turn; without, it re-enters the base step itself (a model turn re-issued or a tool re-run).
         """
         self.rows.start_at(0)
+        if self.runner.nested:
+            return await self._fork_nested(base, appended)
         transcript = Transcript.from_dicts(base.state_snapshot.get("messages", []))
         if appended is not None:
             transcript.append(appended)
@@ -240,8 +245,53 @@ class Level:
         self._check_tool(step)
         await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision))
         if step.step_type == FORK_ORIGIN:
+            if self.runner.nested:
+                return await self._reenter_nested_origin(step)
             return self._reenter_fork(step)
         return await self._reenter_at(step, decision, after_pause=after_pause)
+
+    async def _fork_nested(self, base: Checkpoint, appended: Message | None) -> Next:
+        """A topology's fork: the base run's rows up to ``base`` are copied (each level re-enters from
+        its own rows), then the ``fork_origin`` row, then re-entry at the copy of ``base``."""
+        for row in await self.store.history(base.execution_id):
+            if row.seq <= base.seq:
+                copy = msgspec.structs.replace(
+                    row, execution_id=self.execution_id, checkpoint_id=new_id(), created_at=utcnow()
+                )
+                await self.rows.append(copy)
+        self.rows.start_at(base.seq + 1)
+        origin = self.rows.row(
+            node_id=FORK_ORIGIN,
+            step_type=FORK_ORIGIN,
+            step_index=base.step_index,
+            snapshot={"turn": base.step_index},
+            agent_path=self.path,
+            node_input={
+                "base_execution_id": base.execution_id,
+                "base_node_id": base.node_id,
+                "base_step_type": base.step_type,
+                "base_seq": base.seq,
+                "appended": appended.to_dict() if appended is not None else None,
+            },
+            parent=base.checkpoint_id,
+        )
+        await self.rows.append(origin)
+        return await self._reenter_nested_origin(origin)
+
+    async def _reenter_nested_origin(self, origin: Checkpoint) -> Next:
+        """Re-enter a topology's fork at the copy of its base step; an appended message starts a new
+        model turn of the level that step belongs to."""
+        seq = origin.node_input.get("base_seq")
+        step = next((r for r in await self.store.history(self.execution_id) if r.seq == seq), None)
+        if step is None:
+            raise CheckpointError(f"run {self.execution_id!r}: its fork_origin names no base row {seq!r}")
+        appended = origin.node_input.get("appended")
+        if isinstance(appended, dict):
+            messages = [*step.state_snapshot.get("messages", []), appended]
+            kind = step.step_type if step.step_type == HANDOFF else LLM_CALL
+            snapshot = {**step.state_snapshot, "messages": messages}
+            step = msgspec.structs.replace(step, step_type=kind, state_snapshot=snapshot)
+        return await self._reenter_at(step, None, after_pause=False)
 
     async def _reenter_at(
         self, step: Checkpoint, decision: dict[str, Any] | None, *, after_pause: bool
@@ -257,17 +307,17 @@ class Level:
                     hops[row.agent_path] = max(hops.get(row.agent_path, 0), row.step_index + 1)
         return await self.reenter(plan)
 
-    async def cancel(self, reason: str) -> RunResult:
-        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11).
+    async def cancel(self, reason: str, *, error: str | None = None) -> RunResult:
+        """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11); its error
+        is ``error``, by default ``cancelled: <reason>``.
 
         A step write racing the marker makes it re-read the newest row and try again.
         """
+        error = error if error is not None else f"cancelled: {reason}"
         for _ in range(_CANCEL_ATTEMPTS):
             newest = await self.store.latest(self.execution_id)
             if newest is None:
-                return RunResult(
-                    execution_id=self.execution_id, status="failed", error=f"cancelled: {reason}"
-                )
+                return RunResult(execution_id=self.execution_id, status="failed", error=error)
             if newest.step_type == RUN_END and newest.status == COMPLETED:
                 raise AlreadyResumed(
                     f"run {self.execution_id!r} already completed; there is nothing to cancel"
@@ -286,7 +336,7 @@ class Level:
             self._transcript = Transcript.from_dicts(self._good)
             self._turn = newest.step_index
             try:
-                return await self._end(FAILED, error=f"cancelled: {reason}", reason=reason)
+                return await self._end(FAILED, error=error, reason=reason)
             except WriteConflict:
                 continue
         raise WriteConflict(f"run {self.execution_id!r} kept writing while being cancelled; try again")

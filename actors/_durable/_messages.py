@@ -23,6 +23,7 @@ __all__ = [
     "Answered",
     "Cancel",
     "Failed",
+    "GiveUp",
     "HandedOff",
     "Outcome",
     "Paused",
@@ -90,7 +91,14 @@ class Cancel(msgspec.Struct, tag="cancel", frozen=True):
     reason: str = "cancelled"
 
 
-RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel
+class GiveUp(msgspec.Struct, tag="give_up", frozen=True):
+    """End a run that was recovered too often without a new step: a failed ``run_end`` whose error
+    is ``error`` (reason ``max_recoveries``). Sent by the fleet's sweep."""
+
+    error: str
+
+
+RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel | GiveUp
 """Every message a run actor takes (a tagged union: decode with ``msgspec.json.decode(..., type=RunMessage)``)."""
 
 

@@ -27,6 +27,7 @@ from ._engine import level_of
 from ._level import Level, Next
 from ._messages import (
     Cancel,
+    GiveUp,
     HandedOff,
     Recover,
     Request,
@@ -167,6 +168,8 @@ class RunActor(Actor):
                 # No lock: the marker takes the next seq, and a live owner elsewhere then loses its
                 # next write (WriteConflict) and stops. The log is the lock.
                 return await engine.cancel(reason)
+            case GiveUp(error=error):
+                return await engine.cancel("max_recoveries", error=error)
             case Spawn(messages=messages):
                 start = [Message.from_dict(m) for m in messages]
                 return await self._owned(ctx, engine, lambda: engine.start(start), refuse=RunExists)

@@ -33,7 +33,18 @@ from ..models import Message
 from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._follow import EventHub, EventStream
-from ._messages import Cancel, Recover, Reply, Request, Resume, ResumeRun, RunMessage, Spawn, SpawnFork
+from ._messages import (
+    Cancel,
+    GiveUp,
+    Recover,
+    Reply,
+    Request,
+    Resume,
+    ResumeRun,
+    RunMessage,
+    Spawn,
+    SpawnFork,
+)
 from ._result import RunResult
 from ._run_actor import RunActor
 from .topologies import Runner, Supervisor, Swarm
@@ -130,6 +141,18 @@ class Runs:
         self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
     ) -> RunRef:
         """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
+        run_id, messages = self.first_messages(runner, input, execution_id)
+        if self._runtime.lookup(run_id) is not None:
+            raise RunExists(f"run {run_id!r} is already live in this process")
+        store = await self._store()
+        reply = await self._deliver(store, runner, run_id, Spawn([m.to_dict() for m in messages]))
+        return await self._started(run_id, reply)
+
+    def first_messages(
+        self, runner: Runner, input: str | Sequence[Message], execution_id: str | None
+    ) -> tuple[str, list[Message]]:
+        """A new run's id and first messages (the runner's instructions, then ``input``), checked
+        before anything is written; the runner becomes the one a resume by its name takes."""
         _checked_runner(runner)
         run_id = check_execution_id(execution_id) if execution_id is not None else new_id()
         given = _checked_input(input)
@@ -138,11 +161,21 @@ class Runs:
         if runner.instructions:
             messages.append(Message("system", runner.instructions))
         messages.extend(given)
-        if self._runtime.lookup(run_id) is not None:
-            raise RunExists(f"run {run_id!r} is already live in this process")
+        return run_id, messages
+
+    def runner_for(self, name: str, execution_id: str) -> Runner:
+        """The runner that drives ``execution_id`` here (``RunnerNotFound`` if this system has none)."""
+        return self._runner(name, execution_id)
+
+    def is_live(self, execution_id: str) -> bool:
+        """Whether an activation of the run is in flight in this process."""
+        live = self._live.get(execution_id)
+        return live is not None and live.busy
+
+    async def give_up(self, runner: Runner, execution_id: str, error: str) -> RunRef:
+        """End a run that was recovered too often: a failed marker with ``error`` (the sweep's)."""
         store = await self._store()
-        reply = await self._deliver(store, runner, run_id, Spawn([m.to_dict() for m in messages]))
-        return await self._started(run_id, reply)
+        return RunRef(self, execution_id, await self._deliver(store, runner, execution_id, GiveUp(error)))
 
     async def send(self, execution_id: str, message: Resume | Recover | Cancel) -> RunRef:
         """Deliver ``message`` to the run, activating its actor from the store if needed.

@@ -26,6 +26,7 @@ import anyio
 import asyncpg
 
 from .._errors import StoreUnavailable
+from .._model import HITL_PAUSE, INTERRUPTED, RUN_END
 from .._owners import Ownership
 from ._connection import advisory_key
 
@@ -40,6 +41,8 @@ _HELD_KEYS: Final = (
 
 #: The ownership statements, with ``{s}`` for the quoted schema.
 OWNER_SQL: Final[dict[str, str]] = {
+    # Runs handed to the fleet and not yet taken (a row naming no owner).
+    "unowned": "SELECT execution_id FROM {s}.run_owners WHERE owner IS NULL AND execution_id = ANY($1::text[])",
     # Take the run unless a live owner other than us is recorded ($2/$3: our owner id and key).
     "take": f"""
 INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since) VALUES ($1, $2, $3, now())
@@ -47,24 +50,32 @@ ON CONFLICT (execution_id) DO UPDATE
     SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
     WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({_HELD_KEYS})
 RETURNING true""",
-    "release": "DELETE FROM {s}.run_owners WHERE execution_id = $1 AND owner = $2",
-    "queue": """
-WITH q AS (UPDATE {s}.run_owners SET owner = NULL, owner_key = NULL, since = now()
-           WHERE execution_id = $1 AND owner = $2 RETURNING execution_id)
+    # Release: the row goes when the run rests (its newest row a run_end or a pause) or has no rows;
+    # a run left mid-step is handed to the fleet instead (no owner), and the workers are told.
+    "release": f"""
+WITH n AS (SELECT c.step_type = '{RUN_END}' OR (c.step_type = '{HITL_PAUSE}' AND c.status = '{INTERRUPTED}')
+                  AS resting
+           FROM {{s}}.checkpoints c WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1),
+d AS (DELETE FROM {{s}}.run_owners WHERE execution_id = $1 AND owner = $2
+      AND coalesce((SELECT resting FROM n), true) RETURNING 1),
+q AS (UPDATE {{s}}.run_owners SET owner = NULL, owner_key = NULL, since = now()
+      WHERE execution_id = $1 AND owner = $2 AND NOT coalesce((SELECT resting FROM n), true)
+      RETURNING execution_id)
 SELECT pg_notify($3, q.execution_id) FROM q""",
-    # Queued runs, and runs whose owner's lock is free; the owners are few (one per process), the
-    # runs found through the owner index.
+    # Runs whose owner's lock is free (recovery first), then queued runs, oldest first; the owners
+    # are few (one per process), the runs found through the owner index.
     "orphans": f"""
 WITH dead AS (
     SELECT DISTINCT owner_key FROM {{s}}.run_owners WHERE owner_key IS NOT NULL
     EXCEPT {_HELD_KEYS}
 )
 SELECT execution_id FROM (
-    (SELECT execution_id, since FROM {{s}}.run_owners WHERE owner IS NULL ORDER BY since LIMIT $1)
-    UNION ALL
-    (SELECT execution_id, since FROM {{s}}.run_owners WHERE owner_key IN (SELECT owner_key FROM dead)
+    (SELECT execution_id, since, 1 AS queued FROM {{s}}.run_owners WHERE owner IS NULL
      ORDER BY since LIMIT $1)
-) found ORDER BY since LIMIT $1""",
+    UNION ALL
+    (SELECT execution_id, since, 0 FROM {{s}}.run_owners WHERE owner_key IN (SELECT owner_key FROM dead)
+     ORDER BY since LIMIT $1)
+) found ORDER BY queued, since LIMIT $1""",
     "owned": f"""
 SELECT execution_id FROM {{s}}.run_owners
 WHERE execution_id = ANY($1::text[]) AND owner_key IN ({_HELD_KEYS})""",

@@ -184,13 +184,14 @@ SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorde
     "prune_skeleton": f"""
 SELECT execution_id, seq, step_type, status, (created_at < $1 AND {_SENT}) AS old,
        CASE WHEN step_type IN ({", ".join(f"'{s}'" for s in sorted(BOOKKEEPING_STEPS))})
-            THEN node_input END AS node_input
+            THEN node_input END AS node_input, agent_path
 FROM {{s}}.checkpoints
 WHERE execution_id IN (SELECT execution_id FROM {{s}}.checkpoints WHERE created_at < $1
                        UNION SELECT execution_id FROM {{s}}.idempotency_cache WHERE created_at < $1)
 ORDER BY execution_id, seq""",
     "prune_done_cache": "DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) "
     f"AND created_at < $2 AND {_SENT}",
+    "unsynced_stored": f"SELECT {_COLS}, new_messages FROM {{s}}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1",
     "unsynced_cache": "SELECT execution_id, key, value, created_at FROM {s}.idempotency_cache "
     "WHERE NOT synced ORDER BY created_at, execution_id, key LIMIT $1",
     "mark_cache_synced": "UPDATE {s}.idempotency_cache c SET synced = true "

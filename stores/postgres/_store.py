@@ -10,7 +10,7 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -103,7 +103,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         self._liveness = LivenessLock(schema, self._own, self._lock_connection, self._lost, connect_timeout)
         self._owner_sql = {k: v.replace("{s}", f'"{schema}"') for k, v in OWNER_SQL.items()}
         #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
-        self.work_channel = f"tether_work_{schema}"
+        self.work_channel = f"tether_work_{advisory_key(schema, 'work') & 0xFFFF_FFFF_FFFF:x}"
         self._queue: list[Queued] = []
         self._flushers = 0
         self._max_flushers = max_flushers
@@ -414,6 +414,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
                             rec["status"],
                             rec["old"],
                             {} if node_input is None else decode(node_input),
+                            rec["agent_path"],
                         )
                     )
                 completed: list[str] = []
@@ -504,13 +505,10 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             key = owner_key(self.schema, owner)
             return bool(await pool.fetchval(self._owner_sql["take"], execution_id, owner, key))
 
-    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
+    async def _release_row(self, execution_id: str, owner: str) -> None:
         pool = await self._ready()
         with self._lost():
-            if queue:
-                await pool.fetchval(self._owner_sql["queue"], execution_id, owner, self.work_channel)
-            else:
-                await pool.execute(self._owner_sql["release"], execution_id, owner)
+            await pool.execute(self._owner_sql["release"], execution_id, owner, self.work_channel)
 
     async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         pool = await self._ready()
@@ -522,6 +520,32 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         with self._lost():
             return [r[0] for r in await pool.fetch(self._owner_sql["orphans"], limit)]
 
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        pool = await self._ready()
+        with self._lost():
+            return {r[0] for r in await pool.fetch(self._owner_sql["unowned"], list(execution_ids))}
+
+    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
+        """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
+        own); returns the coroutine function that stops listening."""
+        conn = await connect_lock_connection(
+            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
+        )
+
+        def notified(*_: object) -> None:
+            wake()
+
+        with self._lost():
+            await conn.add_listener(self.work_channel, notified)
+
+        async def stop() -> None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                await conn.close()
+                return
+            conn.terminate()
+
+        return stop
+
     async def owner_pid(self, execution_id: str) -> int | None:
         """The server pid of the session holding the liveness lock of the run's owner, if it is alive
         (what ``tether recover --force`` terminates)."""
@@ -529,6 +553,18 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         with self._lost():
             pid = await pool.fetchval(self._owner_sql["owner_pid"], execution_id)
         return None if pid is None else int(pid)
+
+    async def terminate_owner(self, execution_id: str) -> int | None:
+        """End the lock session of the run's live owner (an operator's ``tether recover --force``
+        for a frozen process): every run that owner holds is then an orphan. The pid ended, or
+        ``None`` when no live owner holds the run."""
+        pid = await self.owner_pid(execution_id)
+        if pid is None:
+            return None
+        pool = await self._ready()
+        with self._lost():
+            await pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        return pid
 
     async def _lock_connection(self) -> asyncpg.Connection:
         if self._state is StoreState.CLOSED:

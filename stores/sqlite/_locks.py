@@ -29,10 +29,18 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._errors import StoreUnavailable
-from .._model import new_id
+from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
 from .._owners import Ownership
 
-__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "take_row"]
+__all__ = [
+    "WATCH_INTERVAL",
+    "LivenessFile",
+    "orphan_rows",
+    "owned_rows",
+    "release_row",
+    "take_row",
+    "unowned_rows",
+]
 
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -186,29 +194,41 @@ def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: Live
     return True
 
 
-def release_row(conn: sqlite3.Connection, execution_id: str, owner: str, queue: bool) -> None:
-    """In a write transaction: delete the run's row if ``owner`` holds it, or queue it (no owner)."""
-    if queue:
+def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None:
+    """In a write transaction: delete the run's row if ``owner`` holds it and the run rests (or has
+    no rows); a run left mid-step is handed to the fleet instead (no owner)."""
+    newest = conn.execute(
+        "SELECT step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
+        (execution_id,),
+    ).fetchone()
+    if newest is None or newest[0] == RUN_END or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED):
+        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
+    else:
         conn.execute(
             f"UPDATE run_owners SET owner = NULL, since = {_NOW} WHERE execution_id = ? AND owner = ?",
             (execution_id, owner),
         )
-    else:
-        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
 
 
 def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
-    """Queued runs, and runs whose owner's byte is unlocked, oldest first."""
+    """Runs whose owner's byte is unlocked (recovery first), then queued runs, oldest first."""
     owners = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM run_owners WHERE owner IS NOT NULL")]
     dead = [o for o in owners if not lock.alive(o)]
-    marks = ", ".join("?" for _ in dead)
-    where = f"owner IS NULL OR owner IN ({marks})" if dead else "owner IS NULL"
-    return [
-        eid
-        for (eid,) in conn.execute(
-            f"SELECT execution_id FROM run_owners WHERE {where} ORDER BY since LIMIT ?", (*dead, limit)
-        )
-    ]
+    found: list[str] = []
+    if dead:  # recovery first, then the queue
+        marks = ", ".join("?" for _ in dead)
+        found = [
+            eid
+            for (eid,) in conn.execute(
+                f"SELECT execution_id FROM run_owners WHERE owner IN ({marks}) ORDER BY since LIMIT ?",
+                (*dead, limit),
+            )
+        ]
+    queued = conn.execute(
+        "SELECT execution_id FROM run_owners WHERE owner IS NULL ORDER BY since LIMIT ?",
+        (limit - len(found),),
+    )
+    return found + [eid for (eid,) in queued]
 
 
 def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: LivenessFile | None) -> set[str]:
@@ -223,4 +243,20 @@ def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: Liv
         ):
             if lock is not None and lock.alive(owner):
                 found.add(eid)
+    return found
+
+
+def unowned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str]) -> set[str]:
+    """Which of these runs have a ``run_owners`` row naming no owner (handed to the fleet)."""
+    found: set[str] = set()
+    for start in range(0, len(execution_ids), 500):
+        chunk = list(execution_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        found.update(
+            eid
+            for (eid,) in conn.execute(
+                f"SELECT execution_id FROM run_owners WHERE owner IS NULL AND execution_id IN ({marks})",
+                chunk,
+            )
+        )
     return found

@@ -22,6 +22,7 @@ __all__ = [
     "INSERT_ROW",
     "LOG_LENGTH",
     "PENDING_COLUMNS",
+    "ROW_COLUMNS",
     "Ctx",
     "delete_rows",
     "dt",
@@ -66,7 +67,7 @@ SENT: Final = "(synced = 1 OR NOT EXISTS (SELECT 1 FROM replica))"
 _PRUNE_SKELETON: Final = (
     f"SELECT seq, step_type, status, created_at < ? AND {SENT}, CASE WHEN step_type IN ("
     + ", ".join(f"'{step}'" for step in sorted(BOOKKEEPING_STEPS))
-    + ") THEN node_input END FROM checkpoints WHERE execution_id = ? ORDER BY seq"
+    + ") THEN node_input END, agent_path FROM checkpoints WHERE execution_id = ? ORDER BY seq"
 )
 
 
@@ -187,8 +188,10 @@ def prune(conn: sqlite3.Connection, cutoff: str) -> tuple[int, set[str]]:
     touched: set[str] = set()
     for eid in candidates:
         skeleton = [
-            PruneRow(seq, step_type, status, bool(old), {} if node_input is None else decode(node_input))
-            for seq, step_type, status, old, node_input in conn.execute(_PRUNE_SKELETON, (cutoff, eid))
+            PruneRow(
+                seq, step_type, status, bool(old), {} if node_input is None else decode(node_input), path
+            )
+            for seq, step_type, status, old, node_input, path in conn.execute(_PRUNE_SKELETON, (cutoff, eid))
         ]
         if not skeleton:
             continue  # a cache of a run without rows has not completed: keep it

@@ -43,7 +43,7 @@ from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utc
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
-from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, take_row
+from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, take_row, unowned_rows
 from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
@@ -616,8 +616,8 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         lock = self._liveness
         return await self._write(lambda c: take_row(c, execution_id, owner, lock))
 
-    async def _release_row(self, execution_id: str, owner: str, *, queue: bool) -> None:
-        await self._write(lambda c: release_row(c, execution_id, owner, queue))
+    async def _release_row(self, execution_id: str, owner: str) -> None:
+        await self._write(lambda c: release_row(c, execution_id, owner))
 
     async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         await self._hold()
@@ -627,6 +627,9 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
     async def _orphan_rows(self, limit: int) -> list[str]:
         lock = self._liveness
         return await self._read(lambda c: orphan_rows(c, limit, lock))
+
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        return await self._read(lambda c: unowned_rows(c, execution_ids))
 
     def _probe(self) -> None:
         self._liveness.probe()

@@ -111,3 +111,22 @@ def test_prune_rule_keeps_what_reentry_reads_and_every_pause() -> None:
     assert doomed("r", [_row(0), _row(1, old=False)]) == (False, [0])
     assert doomed("r", [_row(0, "run_end", "failed")]) == (False, [])
     assert doomed("r", []) == (False, [])
+
+
+def test_prune_rule_keeps_the_newest_row_of_each_level_above_a_nested_step() -> None:
+    def at(seq: int, path: str, step_type: str = "llm_call") -> PruneRow:
+        return PruneRow(seq, step_type, "completed", True, {}, path)
+
+    rows = [
+        at(0, "supervisor:ops"),
+        at(1, "supervisor:ops/tool:delegate_to_support", "tool_call"),
+        at(2, "supervisor:ops/worker:support/agent:a"),
+        at(3, "supervisor:ops/worker:support/agent:a/tool:handoff_to_b", "tool_call"),
+        at(4, "supervisor:ops/worker:support", "handoff"),
+        at(5, "supervisor:ops/worker:support/agent:b"),
+        at(6, "supervisor:ops/worker:support/agent:b/tool:refund", "tool_call"),
+    ]
+    # The step in flight (6), the worker swarm's newest hop (4), the manager's delegation row (1).
+    assert doomed("r", rows) == (False, [0, 2, 3, 5])
+    # A plain agent keeps only its re-entry row, as before.
+    assert doomed("r", [at(0, "agent:a"), at(1, "agent:a/tool:t", "tool_call")]) == (False, [0])

@@ -18,6 +18,8 @@ import anyio
 from _cli_support import NESTED, RUNNER, TETHER, console, demo_store, tether, url_of, write_paused
 from conftest import Backend
 
+from stores import Checkpoint, SQLiteStore
+
 
 def test_reading_commands(store_backend: Backend, tmp_path: Path) -> None:
     url = demo_store(store_backend, tmp_path, paused=["wait-1"])
@@ -107,7 +109,7 @@ def test_reading_commands(store_backend: Backend, tmp_path: Path) -> None:
 
 
 def test_commands_that_decide_and_write(store_backend: Backend, tmp_path: Path) -> None:
-    url = demo_store(store_backend, tmp_path, paused=["wait-1", "wait-2", "wait-3"])
+    url = demo_store(store_backend, tmp_path, paused=["wait-1", "wait-2", "wait-3", "wait-4"])
 
     approved = tether(url, "approve", "wait-1", "--meta", "approver=ops-lead", "--runner", RUNNER)
     assert approved.code == 0, approved
@@ -123,13 +125,24 @@ def test_commands_that_decide_and_write(store_backend: Backend, tmp_path: Path) 
         'Done: {"refunded":false,"order":"1042"}',
     )
 
-    # Without the runner, a decision is refused and the run stays paused.
-    name, message = tether(url, "approve", "wait-3").refusal()
-    assert name == "RunnerNotFound" and "'refund-bot'" in message and "--runner MODULE:ATTR" in message
-    assert [p["execution_id"] for p in tether(url, "pending", "--json").json()] == ["wait-3"]
+    # Without the runner, the decision claims the pause and hands the run to the fleet; a process
+    # with the runner (here `resume`, as a worker's sweep would) finishes it with that decision.
+    handed = tether(url, "approve", "wait-3", "--meta", "approver=night-shift")
+    assert handed.out.strip() == (
+        "wait-3: approved (manager_approval at turn:0/tool:refund); handed to the fleet: a worker finishes the run"
+    ), handed
+    assert tether(url, "approve", "wait-3").refusal()[0] == "AlreadyResumed"
+    claimed = tether(url, "show", "wait-3", "--json").json()
+    assert claimed["summary"]["status"] == "orphaned" and claimed["rows"][-1]["step_type"] == "resume"
+    finished = tether(url, "resume", "wait-3", "--runner", RUNNER)
+    assert finished.out.splitlines()[-1].startswith('wait-3: completed · Done: {"refunded":true'), finished
+    assert "charged a refund of 50000" in finished.out
+    as_json = tether(url, "reject", "wait-4", "--json").json()
+    assert as_json["claimed"]["reason"] == "manager_approval" and as_json["summary"]["status"] == "orphaned"
 
-    cancelled = tether(url, "cancel", "wait-3", "--reason", "not needed", "--runner", RUNNER)
-    assert cancelled.out.strip() == "wait-3: failed · cancelled: not needed", cancelled
+    # A run that no decision can reach any more: cancelled.
+    cancelled = tether(url, "cancel", "wait-4", "--reason", "not needed", "--runner", RUNNER)
+    assert cancelled.out.strip() == "wait-4: failed · cancelled: not needed", cancelled
     assert tether(url, "pending", "--json").json() == []
 
     recovered = tether(url, "resume", "orphan", "--runner", RUNNER, "--json").json()
@@ -185,33 +198,10 @@ def test_long_commands_draw_progress_on_a_terminal_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'p.db'}"
     piped = console("prune", "--older-than", "7d", "--store", url, cwd=tmp_path)
     assert (piped.code, piped.err) == (0, "")
-    leader, follower = pty.openpty()
-    try:
-        done = subprocess.run(
-            [str(TETHER), "prune", "--older-than", "7d", "--store", url],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=follower,
-            timeout=60,
-            check=False,
-        )
-        os.close(follower)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(leader)
-    assert done.returncode == 0
-    assert done.stdout.decode().strip() == "deleted 0 rows older than 7d"
-    text = drawn.decode()
-    assert "pruning rows older than 7d" in text and "[" in text, text
-    assert re.search(r"pruning rows older than 7d: done in \d+\.\d s", text), text
+    out, drawn = _on_a_terminal(["prune", "--older-than", "7d", "--store", url], tmp_path, "stderr")
+    assert out.strip() == "deleted 0 rows older than 7d"
+    assert "pruning rows older than 7d" in drawn and "[" in drawn, drawn
+    assert re.search(r"pruning rows older than 7d: done in \d+\.\d s", drawn), drawn
 
 
 def test_bench_runs_a_benchmark_of_the_checkout(tmp_path: Path) -> None:
@@ -271,3 +261,52 @@ def test_show_follows_a_run_into_its_next_leg(store_backend: Backend, tmp_path: 
     # A completed run has nothing more to follow: the command ends at once.
     done = tether(url, "show", "wait-1", "--follow")
     assert done.code == 0 and done.out.splitlines()[-1].split()[1] == "run_end"
+
+
+def _on_a_terminal(args: list[str], cwd: Path, stream: str = "stdout", **env: str) -> tuple[str, str]:
+    """Run ``tether ARGS`` with ``stream`` (stdout or stderr) on a terminal (a pty) and the other
+    one piped: (what the pipe got, what the terminal got)."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [str(TETHER), *args],
+            cwd=cwd,
+            env={**{k: v for k, v in os.environ.items() if k not in ("TETHER_STORE", "NO_COLOR")}, **env},
+            stdout=follower if stream == "stdout" else subprocess.PIPE,
+            stderr=follower if stream == "stderr" else subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        os.close(follower)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the pty's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(leader)
+    piped = done.stdout if stream == "stderr" else done.stderr
+    assert done.returncode == 0, piped
+    return piped.decode(), drawn.decode()
+
+
+async def _ended(path: Path) -> None:
+    async with SQLiteStore(path) as store:
+        await store.append(Checkpoint(execution_id="done", seq=0, runner="bot", node_id="turn:0"))
+        await store.append(
+            Checkpoint(execution_id="done", seq=1, runner="bot", node_id="run_end", step_type="run_end")
+        )
+
+
+def test_statuses_are_coloured_on_a_terminal_only(tmp_path: Path) -> None:
+    anyio.run(_ended, tmp_path / "c.db")
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    coloured = _on_a_terminal(["runs", "--store", url], tmp_path)[1]
+    assert "\x1b[32mcompleted\x1b[0m" in coloured, coloured
+    assert "\x1b[32mcompleted" in _on_a_terminal(["show", "done", "--store", url], tmp_path)[1]
+    assert "\x1b[" not in _on_a_terminal(["runs", "--store", url], tmp_path, NO_COLOR="1")[1]
+    assert "\x1b[" not in console("runs", "--store", url, cwd=tmp_path).out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -23,6 +24,7 @@ __all__ = [
     "STATUSES",
     "add_json",
     "add_runner",
+    "colours",
     "duration",
     "emit_json",
     "meta_pair",
@@ -35,6 +37,17 @@ __all__ = [
 
 #: Every status a run can have (``RunSummary.status``).
 STATUSES: tuple[str, ...] = get_args(get_type_hints(RunSummary)["status"])
+
+#: ANSI colours of statuses on a terminal (green, red, yellow, blue, magenta, cyan).
+_COLOURS = {
+    "completed": "32",
+    "failed": "31",
+    "paused": "33",
+    "interrupted": "33",
+    "running": "34",
+    "orphaned": "35",
+    "queued": "36",
+}
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -126,13 +139,27 @@ async def opened_system(
             yield system
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Rows under headers, each column as wide as its widest cell (the last one left ragged)."""
+def colours() -> bool:
+    """Whether to colour statuses: stdout is a terminal and ``$NO_COLOR`` is not set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, status_column: int | None = None
+) -> None:
+    """Rows under headers, each column as wide as its widest cell (the last one left ragged); on a
+    terminal the cells of ``status_column`` are coloured by status."""
     cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
-    for line in cells:
+    paint = colours() and status_column is not None
+    for index, line in enumerate(cells):
         padded = [cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=False)]
-        print("  ".join([*padded, line[-1]]).rstrip())
+        padded.append(line[-1])
+        if paint and index and status_column is not None:
+            colour = _COLOURS.get(line[status_column])
+            if colour is not None:
+                padded[status_column] = f"\x1b[{colour}m{padded[status_column]}\x1b[0m"
+        print("  ".join(padded).rstrip())
 
 
 def print_result(result: RunResult, as_json: bool) -> None:

@@ -41,6 +41,7 @@ async def _run(args: argparse.Namespace) -> int:
             [s.execution_id, s.status, s.runner, s.node_id, s.rows, when(s.updated_at), summary_detail(s)]
             for s in found
         ],
+        status_column=1,
     )
     return 0
 

@@ -96,6 +96,7 @@ async def _run(args: argparse.Namespace) -> int:
         print_table(
             ["SEQ", "NODE", "STEP", "STATUS", "TIME (UTC)", "SYNC", "AGENT PATH"],
             [[r.seq, r.node_id, r.step_type, r.status, when(r.created_at), r.sync, r.tree] for r in lines],
+            status_column=3,
         )
         if args.follow:
             sys.stdout.flush()

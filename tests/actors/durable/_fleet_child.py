@@ -4,12 +4,15 @@ Usage: ``python _fleet_child.py MODE BACKEND TARGET SCHEMA WORKDIR [ARG]``.
 
 The runner ``fleet-refund`` makes one sync tool call, ``refund``, then answers. The tool writes
 ``WORKDIR/entered-<pid>``, waits (at most 60 s) until ``WORKDIR/go`` exists when ``WORKDIR/hold``
-exists, then charges through a sync ``@idempotent`` function that appends ``<execution_id> <pid>``
-to ``WORKDIR/charges``.
+exists, then charges through a sync ``@idempotent`` function that appends ``<order> <its
+idempotency_key()> <pid>`` to ``WORKDIR/charges``.
 
 Modes: ``own ID`` spawns run ID and prints ``{"lock_pid": ...}`` (the PostgreSQL backend pid of its
 lock connection, or null), then the outcome of the run; ``recover ID`` resumes run ID (retrying
-while a live owner holds it) and prints the outcome.
+while a live owner holds it) and prints the outcome; ``hold N PREFIX`` spawns runs PREFIX-0..N-1,
+prints ``{"holding": N}`` once every one is inside its tool, and waits; ``sweep`` waits for
+``WORKDIR/start``, sweeps once and prints how many it took; ``worker SECONDS`` serves (concurrency
+8, polling every 50 ms) with a tool that sleeps SECONDS before charging.
 """
 
 from __future__ import annotations
@@ -24,31 +27,33 @@ from typing import Any
 
 import anyio
 
-from actors import ActorSystem, Agent, idempotent, tool
+from actors import ActorSystem, Agent, idempotency_key, idempotent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import AlreadyResumed, PostgresStore, SQLiteStore, Store
 
 NAME = "fleet-refund"
 
 
-def agent(workdir: Path) -> Agent:
+def agent(workdir: Path, pause: float = 0.0) -> Agent:
     """One ``refund`` tool call, then an answer quoting it."""
 
     @idempotent
     def charge(order: str) -> str:
         with (workdir / "charges").open("a") as out:
-            out.write(f"{order} {os.getpid()}\n")
+            out.write(f"{order} {idempotency_key()} {os.getpid()}\n")
         return f"charged {order}"
 
     @tool
     def refund(order: str) -> str:
         """Refund an order (waits for WORKDIR/go while WORKDIR/hold exists)."""
         (workdir / f"entered-{os.getpid()}").touch()
+        (workdir / f"entered-{os.getpid()}-{order}").touch()
         deadline = time.monotonic() + 60
         while (workdir / "hold").exists() and not (workdir / "go").exists():
             if time.monotonic() > deadline:
                 raise TimeoutError("no go within 60 s")
             time.sleep(0.005)
+        time.sleep(pause)
         return charge(order)
 
     def model(messages: list[Message]) -> str | ModelReply:
@@ -70,7 +75,7 @@ def say(**fields: Any) -> None:
 async def main(mode: str, backend: str, target: str, schema: str, workdir: str, *rest: str) -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     store = open_store(backend, target, schema)
-    runner = agent(Path(workdir))
+    runner = agent(Path(workdir), float(rest[0]) if mode == "worker" else 0.0)
     async with store, ActorSystem(store, runners=[runner]) as system:
         if mode == "own":
             ref = await system.spawn(runner, rest[0], execution_id=rest[0])
@@ -93,6 +98,29 @@ async def main(mode: str, backend: str, target: str, schema: str, workdir: str, 
                         continue
                     break
             say(outcome=result.status, output=result.output)
+        elif mode == "hold":
+            count, prefix = int(rest[0]), rest[1]
+            for i in range(count):
+                await system.spawn(runner, f"{prefix}-{i}", execution_id=f"{prefix}-{i}")
+            with anyio.fail_after(60):
+                while len(list(Path(workdir).glob(f"entered-{os.getpid()}-*"))) < count:  # noqa: ASYNC110, ASYNC240
+                    await anyio.sleep(0.01)
+            await anyio.sleep(0.2)
+            say(holding=count)
+            await anyio.sleep(600)
+        elif mode == "sweep":
+            with anyio.fail_after(60):
+                while not (Path(workdir) / "start").exists():  # noqa: ASYNC110
+                    await anyio.sleep(0.002)
+            say(took=await system.sweep(limit=1000))
+        elif mode == "worker":
+            say(serving=os.getpid())
+            await system.serve(concurrency=8, poll=0.05)
+
+
+def cli_agent() -> Agent:
+    """The runner for ``--runner _fleet_child:cli_agent`` (its WORKDIR from ``$FLEET_WORKDIR``)."""
+    return agent(Path(os.environ["FLEET_WORKDIR"]))
 
 
 if __name__ == "__main__":

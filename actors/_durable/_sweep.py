@@ -1,0 +1,247 @@
+"""The fleet: a durable queue, the recovery sweep, and the hand-off of an approval.
+
+Ownership is the store's (``stores._owners``): a live activation owns its run through its process's
+liveness lock, and a run whose owner died, or that was handed to the fleet, is an orphan the store
+lists without reading the resting runs. Here:
+
+* :meth:`Fleet.enqueue` writes a run's first row as this process, then releases it without driving
+  it; a run released mid-step is handed to the fleet (the store records it with no owner), and any
+  sweep takes it. (A crash between the two leaves the run owned by a dead
+  owner: an orphan too.)
+* :meth:`Fleet.sweep` takes each orphan it has the runner for and drives it from its newest row, as
+  ``system.resume(id)`` would, through the run's actor (so a live activation in this process is never
+  entered twice). A run whose newest row is a resting row (its owner died after writing it) only has
+  its stale ownership dropped. A run recovered ``max_recoveries`` times without a new step ends with
+  a failed marker instead. Racing sweepers are safe: taking a run is one conditional write in the
+  store, and the unique ``(execution_id, seq)`` refuses a second writer in any case.
+* :meth:`Fleet.serve` sweeps until cancelled, at most ``concurrency`` runs at once, woken by
+  PostgreSQL's ``LISTEN``/``NOTIFY`` when work is handed off and by polling every ``poll`` seconds.
+* :meth:`Fleet.claim` claims a pause without a runner: the ``resume`` row with the decision, then the
+  run released, so handed to the fleet, whose sweep finishes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from stores import (
+    HITL_PAUSE,
+    INTERRUPTED,
+    LLM_CALL,
+    RECOVER,
+    RESUME,
+    RUN_END,
+    AlreadyResumed,
+    PendingInterrupt,
+    RunExists,
+    RunNotFound,
+    Store,
+)
+
+from .._core import tether_logger
+from ..models import Message
+from ..models._types import Transcript
+from ._agent import Agent
+from ._errors import RunnerNotFound
+from ._messages import Recover, Resume
+from ._runlog import RunLog, StepLog
+from ._runs import Runs
+from .topologies import Runner
+
+__all__ = ["DEFAULT_MAX_RECOVERIES", "Fleet"]
+
+#: How many recoveries without a new step a run gets before the sweep gives up on it.
+DEFAULT_MAX_RECOVERIES = 5
+
+_log = tether_logger()
+#: Bound on releasing a run after writing it (shielded; seconds).
+_RELEASE_TIMEOUT = 5.0
+
+
+def _fleet_store(store: Store) -> Any:
+    """The store's fleet surface (``orphans``); a store without it cannot serve a fleet."""
+    if not callable(getattr(store, "orphans", None)):
+        raise TypeError(f"{store!r} does not record run ownership, so it cannot serve a fleet")
+    return store
+
+
+class Fleet:
+    """The queue, sweep, serve and claim of an :class:`~actors.ActorSystem` (it delegates here)."""
+
+    def __init__(self, runs: Runs, store: Callable[[], Awaitable[Store]]) -> None:
+        self._runs = runs
+        self._store = store
+        self.max_recoveries = DEFAULT_MAX_RECOVERIES
+
+    # -- the queue --------------------------------------------------------------------------------
+
+    async def enqueue(
+        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
+    ) -> str:
+        """Write the run's first row and leave the run for any process of the fleet to take.
+
+        The runner is an :class:`~actors.Agent` (a Swarm or a Supervisor starts with ``spawn``)."""
+        if not isinstance(runner, Agent):
+            raise TypeError(f"enqueue takes an Agent runner, not {type(runner).__name__}; spawn it instead")
+        run_id, messages = self._runs.first_messages(runner, input, execution_id)
+        store = _fleet_store(await self._store())
+        if not await store.try_lock(run_id):
+            raise RunExists(f"run {run_id!r} is owned by a live process")
+        try:
+            rows = RunLog(
+                store, run_id, runner=runner.name, log=StepLog(execution_id=run_id, runner=runner.name)
+            )
+            transcript = Transcript(messages)
+            await rows.append(
+                rows.row(
+                    node_id="turn:0",
+                    step_type=LLM_CALL,
+                    step_index=0,
+                    snapshot={"messages": transcript.snapshot(), "turn": 0},
+                    agent_path=runner.label,
+                )
+            )
+        finally:  # released mid-step, the run is handed to the fleet
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                await store.unlock(run_id)
+        return run_id
+
+    async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
+        """Claim the run's pause with ``resume`` and hand the run to the fleet (no runner needed).
+
+        Exactly one claimer wins; the others get ``AlreadyResumed``. ``RunNotFound`` for no rows.
+        """
+        if not isinstance(resume, Resume):
+            raise TypeError(f"a claim takes a Resume, not {type(resume).__name__}")
+        decision = resume.to_dict()
+        store = _fleet_store(await self._store())
+        entry = await store.reentry(execution_id)
+        step = entry.step
+        if step.step_type != HITL_PAUSE or step.status != INTERRUPTED or entry.newest.step_type == RESUME:
+            raise AlreadyResumed(
+                f"run {execution_id!r} has no pending interrupt to claim: its newest step is "
+                f"{step.node_id!r} ({step.step_type})"
+            )
+        if not await store.try_lock(execution_id):
+            raise AlreadyResumed(f"run {execution_id!r} is owned by another live process or actor")
+        try:
+            rows = RunLog(
+                store, execution_id, runner=entry.newest.runner, log=StepLog(execution_id=execution_id)
+            )
+            rows.start_at(entry.newest.seq + 1)
+            pending: PendingInterrupt = await store.claim(rows.bookkeeping(RESUME, step, decision))
+        finally:  # the run, now mid-step, is handed to the fleet
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                await store.unlock(execution_id)
+        return pending
+
+    # -- the sweep --------------------------------------------------------------------------------
+
+    async def sweep(self, *, limit: int = 100) -> int:
+        """Take every run that needs an owner (at most ``limit``) and drive each until it pauses,
+        completes or fails; returns how many were taken."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"limit must be an int of at least 1, not {limit!r}")
+        store = _fleet_store(await self._store())
+        taken = 0
+
+        async def take(execution_id: str) -> None:
+            nonlocal taken
+            if await self._take(store, execution_id):
+                taken += 1
+
+        async with anyio.create_task_group() as tg:
+            for execution_id in await store.orphans(limit):
+                tg.start_soon(take, execution_id)
+        return taken
+
+    async def serve(self, *, concurrency: int = 16, poll: float = 1.0) -> None:
+        """Sweep until cancelled, at most ``concurrency`` runs at once; new work wakes it at once on
+        PostgreSQL (``LISTEN``/``NOTIFY``), and it looks every ``poll`` seconds in any case. Cancelling
+        it stops taking work; runs it took go on in the system until they reach a resting row."""
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an int of at least 1, not {concurrency!r}")
+        if not poll > 0:
+            raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        store = _fleet_store(await self._store())
+        in_flight: set[str] = set()
+        wake = anyio.Event()
+
+        def woken() -> object:
+            wake.set()
+            return None
+
+        listen = getattr(store, "listen_for_work", None)
+        stop = await listen(woken) if listen is not None else None
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def drive(execution_id: str) -> None:
+                    try:
+                        await self._take(store, execution_id)
+                    finally:
+                        in_flight.discard(execution_id)
+                        wake.set()
+
+                while True:
+                    wake = anyio.Event()
+                    room = concurrency - len(in_flight)
+                    if room > 0:
+                        for execution_id in await store.orphans(room + len(in_flight)):
+                            if execution_id not in in_flight and len(in_flight) < concurrency:
+                                in_flight.add(execution_id)
+                                tg.start_soon(drive, execution_id)
+                    with anyio.move_on_after(poll):
+                        await wake.wait()
+        finally:
+            if stop is not None:
+                await stop()
+
+    async def _take(self, store: Any, execution_id: str) -> bool:
+        """Take one orphan and drive it; ``False`` when it was not taken (another process has it, this
+        system lacks its runner, or its newest row is a resting row)."""
+        if self._runs.is_live(execution_id):
+            return False
+        try:
+            newest = await store.latest(execution_id)
+            if newest is None or _resting(newest.step_type, newest.status):
+                # Its owner died after its last row, or before its first: drop the stale ownership.
+                if await store.try_lock(execution_id):
+                    await store.unlock(execution_id)
+                return False
+            runner = self._runs.runner_for(newest.runner, execution_id)
+            recoveries = await _recoveries(store, execution_id)
+            if recoveries >= self.max_recoveries:
+                error = f"gave up after {recoveries} recoveries at {newest.node_id}"
+                await (await self._runs.give_up(runner, execution_id, error)).result()
+                _log.error("run given up", execution_id=execution_id, error=error)
+                if await store.try_lock(execution_id):
+                    await store.unlock(execution_id)
+                return True
+            ref = await self._runs.send(execution_id, Recover())
+            await ref.result()
+        except (AlreadyResumed, RunnerNotFound, RunNotFound):
+            return False
+        except Exception as error:  # the run's own failure is in its rows; this sweep goes on
+            _log.warning("sweep could not take a run", execution_id=execution_id, error=repr(error))
+            return False
+        return True
+
+
+def _resting(step_type: str, status: str) -> bool:
+    return step_type == RUN_END or (step_type == HITL_PAUSE and status == INTERRUPTED)
+
+
+async def _recoveries(store: Any, execution_id: str) -> int:
+    """How many ``recover`` rows end the run's log: recoveries since its last new step."""
+    count = 0
+    with contextlib.suppress(RunNotFound):
+        for row in reversed(await store.history(execution_id)):
+            if row.step_type != RECOVER:
+                break
+            count += 1
+    return count

@@ -1,0 +1,162 @@
+"""The fleet in one process: enqueue and sweep, claim without a runner, max_recoveries, refusals.
+
+The multi-process proofs (workers killed mid-way, racing sweepers) are in ``test_fleet_processes.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import Backend
+
+from actors import ActorSystem, Agent, Resume, RunExists, idempotent, interrupt, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import RECOVER, AlreadyResumed, Checkpoint, new_id
+
+pytestmark = pytest.mark.anyio
+
+
+def _agent(charges: list[str], *, approve: bool = False) -> Agent:
+    @idempotent
+    async def charge(order: str) -> str:
+        charges.append(order)
+        return f"charged {order}"
+
+    @tool
+    async def refund(order: str) -> str:
+        """Refund an order (asking first when ``approve``)."""
+        if approve:
+            decision = interrupt("approve the refund?", {"order": order})
+            if not decision.approved:
+                return f"refused by {decision.metadata.get('approver')}"
+        return await charge(order)
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("refund", {"order": messages[-1].content})])
+
+    return Agent("fleet-agent", FunctionModel(model), tools=[refund])
+
+
+async def test_enqueued_runs_wait_for_a_sweep_which_takes_each_once(store_backend: Backend) -> None:
+    charges: list[str] = []
+    runner = _agent(charges)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        ids = [await system.enqueue(runner, f"o{i}") for i in range(5)]
+        assert charges == []  # queued: nothing ran
+        assert [r.step_type for r in await system.history(ids[0])] == ["llm_call"]
+        with pytest.raises(RunExists):
+            await system.enqueue(runner, "again", execution_id=ids[0])
+        with anyio.fail_after(30):
+            assert await system.sweep() == 5
+        assert await system.sweep() == 0
+        for i, eid in enumerate(ids):
+            assert (await system.status(eid)).status == "completed"
+            assert (await system.ref(eid).result()).output == f"done: charged o{i}"
+        assert sorted(charges) == [f"o{i}" for i in range(5)]
+
+
+async def test_serve_takes_work_enqueued_while_it_runs(store_backend: Backend) -> None:
+    charges: list[str] = []
+    runner = _agent(charges)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: system.serve(concurrency=2, poll=0.05))
+            ids = [await system.enqueue(runner, f"s{i}") for i in range(4)]
+            with anyio.fail_after(30):
+                while len(charges) < 4:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        for eid in ids:
+            with anyio.fail_after(10):
+                while (await system.status(eid)).status != "completed":  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+
+
+async def test_a_claim_without_the_runner_is_finished_by_a_worker(store_backend: Backend) -> None:
+    charges: list[str] = []
+    runner = _agent(charges, approve=True)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        ref = await system.spawn(runner, "o1")
+        paused = await ref.result(timeout=10)
+        assert paused.status == "paused"
+    async with store_backend.open() as store, ActorSystem(store) as approver:  # no runner here
+        pending = await approver.claim(
+            paused.execution_id, Resume(approved=False, metadata={"approver": "bob"})
+        )
+        assert pending.reason == "approve the refund?"
+        with pytest.raises(AlreadyResumed):
+            await approver.claim(paused.execution_id, Resume(approved=True))
+        assert await approver.pending() == []
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as worker:
+        with anyio.fail_after(30):
+            assert await worker.sweep() == 1
+        result = await worker.ref(paused.execution_id).result()
+        assert result.output == "done: refused by bob"  # the claimed decision, not a new one
+    assert charges == []
+
+
+async def test_a_run_recovered_too_often_without_a_step_gets_the_failed_marker(
+    store_backend: Backend,
+) -> None:
+    charges: list[str] = []
+    runner = _agent(charges)
+    eid = new_id()
+    dead = store_backend.open()  # an owner that recorded 2 recoveries, then died
+    await dead.setup()
+    assert await dead.try_lock(eid)
+    rows = [
+        Checkpoint(
+            execution_id=eid,
+            seq=0,
+            runner=runner.name,
+            node_id="turn:0",
+            step_type="llm_call",
+            agent_path=runner.label,
+            state_snapshot={"messages": [{"role": "user", "content": "x"}]},
+        ),
+    ]
+    for seq in (1, 2):
+        rows.append(
+            Checkpoint(
+                execution_id=eid,
+                seq=seq,
+                runner=runner.name,
+                node_id="turn:0",
+                step_type=RECOVER,
+                agent_path=runner.label,
+                node_input={"reentry_seq": 0},
+            )
+        )
+    for row in rows:
+        await dead.append(row)
+    await dead.close()
+    async with (
+        store_backend.open() as store,
+        ActorSystem(store, runners=[runner], max_recoveries=2) as system,
+    ):
+        with anyio.fail_after(30):
+            assert await system.sweep() == 1
+        status = await system.status(eid)
+        assert status.status == "failed"
+        history = await system.history(eid)
+        assert history[-1].state_snapshot["run_error"] == "gave up after 2 recoveries at turn:0"
+        assert history[-1].state_snapshot["run_reason"] == "max_recoveries"
+        assert await system.sweep() == 0
+    assert charges == []
+
+
+async def test_sweep_and_serve_refuse_bad_arguments(tmp_path: Path) -> None:
+    async with ActorSystem() as system:
+        for bad in (0, -1, True, 1.5):
+            with pytest.raises(ValueError, match="limit"):
+                await system.sweep(limit=bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="concurrency"):
+                await system.serve(concurrency=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="poll"):
+            await system.serve(poll=0)
+        with pytest.raises(TypeError, match="Resume"):
+            await system.claim("r", {"approved": True})  # type: ignore[arg-type]
