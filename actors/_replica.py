@@ -73,3 +73,8 @@ class KickingStore:
         stored = await self._store.cache_put(execution_id, key, value)
         self._kick()
         return stored
+
+    async def cache_intend(self, execution_id: str, key: str) -> Any:
+        found = await self._store.cache_intend(execution_id, key)
+        self._kick()
+        return found

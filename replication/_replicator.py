@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import anyio
 import msgspec
 
 from actors import Actor, ActorContext, ActorRef, ActorStopped, MailboxFull, Restart
-from stores import CacheEntry, Checkpoint, ReplicatedStore, Store, StoreError, conversation_of
+from stores import CacheEntry, ReplicatedStore, Store, StoredRow, StoreError
 
 from ._client import INGEST_PATH, Answer, Outcome, PlaneClient
 from ._messages import Arm, Drain, Drained, Kick, ReplicatorMessage, Tick
 from ._restore import restore_enabled, restore_into
-from ._wire import CacheItem, Conversations, Item, cache_item
+from ._wire import CacheItem, Item, StoredItem, cache_item, resource_type, stored_item, whole_item
 
 __all__ = ["Replicator"]
 
@@ -38,6 +38,14 @@ _KICK: Final = Kick()
 #: How long a kick waits before its drain, so that the commits of that moment share one POST.
 LINGER: Final = 0.2
 _log = logging.getLogger("tether")
+
+
+class _Out(NamedTuple):
+    """One row of a batch on its way: its id, whether it carries every message, its item."""
+
+    checkpoint_id: str
+    whole: bool
+    item: Item | StoredItem
 
 
 class _Timer(Actor):
@@ -88,7 +96,7 @@ class Replicator(Actor):
         self._store: Store | None = None
         self._ref: ActorRef | None = None
         self._timer: ActorRef | None = None
-        self._conversations = Conversations()
+        self._whole: set[str] = set()  # rows the plane asked for with every message
         self._kick_queued = False
         self._armed = False
         self._waiting = False
@@ -140,7 +148,7 @@ class Replicator(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         await self._outbox().attach_replica()  # from now on prune keeps what the plane lacks
         self._ref = ctx.self
-        self._conversations = Conversations()
+        self._whole = set()
         self._kick_queued = self._armed = self._waiting = False
         self._failures = 0
         self._timer = await ctx.start_child(
@@ -193,16 +201,16 @@ class Replicator(Actor):
         box = self._outbox()
         try:
             while True:
-                rows: list[Checkpoint] = await box.fetch_unsynced(self.batch_size)
-                if not rows:
+                stored = await box.fetch_unsynced_stored(self.batch_size)
+                if not stored:
                     break
-                settled = done.sent + done.quarantined
-                if not await self._ship(box, rows, done):
+                settled, whole = done.sent + done.quarantined, len(self._whole)
+                if not await self._ship(box, await self._outgoing(box, stored), done):
                     done.buffered = True
                     return done
-                if done.sent + done.quarantined == settled:
-                    break  # only rows to send whole again were left: the next drain takes them
-                if not until_empty and len(rows) < self.batch_size:
+                if done.sent + done.quarantined == settled and len(self._whole) == whole:
+                    break  # nothing moved (rows sent whole are settled either way the next time)
+                if not until_empty and len(stored) < self.batch_size and len(self._whole) == whole:
                     break
             while entries := await box.fetch_unsynced_cache(self.batch_size):
                 if not await self._ship_cache(box, entries, done):
@@ -217,14 +225,31 @@ class Replicator(Actor):
         self._waiting = False
         return done
 
-    async def _ship(self, box: Any, rows: Sequence[Checkpoint], done: Drained) -> bool:
+    async def _outgoing(self, box: Any, stored: list[tuple[StoredRow, bytes | None]]) -> list[_Out]:
+        """The items of a batch: each row as stored (its messages once), or whole when the plane
+        asked for it so."""
+        kinds: dict[str | None, str] = {}
+        out: list[_Out] = []
+        for row, chunk in stored:
+            cid = row.checkpoint_id
+            if cid in self._whole:
+                found = await box.get(row.execution_id, cid)
+                if found is not None:
+                    out.append(_Out(cid, True, whole_item(found)))
+                    continue
+            kind = kinds.get(row.agent_path)
+            if kind is None:
+                kind = kinds[row.agent_path] = resource_type(row.agent_path)
+            out.append(_Out(cid, False, stored_item(row, chunk, kind)))
+        return out
+
+    async def _ship(self, box: Any, rows: Sequence[_Out], done: Drained) -> bool:
         """POST ``rows``; settle what the answer says. ``False``: the plane cannot take them now."""
-        items = self._conversations.items(rows)
-        answer = await self._post(items)
+        answer = await self._post([row.item for row in rows])
         done.posts += 1
         match answer.outcome:
             case Outcome.ACCEPTED:
-                await self._settle(box, rows, items, answer, done)
+                await self._settle(box, rows, answer, done)
                 return True
             case Outcome.REFUSED:
                 ids = {row.checkpoint_id for row in rows}
@@ -252,7 +277,7 @@ class Replicator(Actor):
                 self._wait(answer.retry_after)
                 return False
 
-    async def _post(self, items: list[Item], cache: Sequence[CacheItem] = ()) -> Answer:
+    async def _post(self, items: Sequence[Item | StoredItem], cache: Sequence[CacheItem] = ()) -> Answer:
         body = msgspec.json.encode({"checkpoints": items, "cache": cache})
         return await self._client.ingest(body)
 
@@ -285,29 +310,31 @@ class Replicator(Actor):
         done.cached += len(entries)
         return True
 
-    async def _settle(
-        self, box: Any, rows: Sequence[Checkpoint], items: list[Item], answer: Answer, done: Drained
-    ) -> None:
+    async def _settle(self, box: Any, rows: Sequence[_Out], answer: Answer, done: Drained) -> None:
         """Quarantine the per-item rejections, keep the rows to send whole, mark the rest synced."""
-        rejected = {cid: f"HTTP {answer.status}: plane rejected: {r}" for cid, r in answer.rejections.items()}
-        accepted: list[Checkpoint] = []
-        for row, item in zip(rows, items, strict=True):
+        ids = {row.checkpoint_id for row in rows}
+        rejected = {
+            cid: f"HTTP {answer.status}: plane rejected: {r}"
+            for cid, r in answer.rejections.items()
+            if cid in ids
+        }
+        accepted: list[str] = []
+        for row in rows:
             cid = row.checkpoint_id
             if cid in rejected:
                 continue
             if cid in answer.resend:
-                if item.messages is not None and len(item.messages.new) == item.messages.count:
+                if row.whole:
                     rejected[cid] = f"HTTP {answer.status}: plane asked for messages it was sent whole"
                 else:
-                    self._conversations.forget(row.execution_id, conversation_of(row.agent_path))
+                    self._whole.add(cid)
                 continue
-            accepted.append(row)
-        await self._quarantine(
-            box, {c: r for c, r in rejected.items() if c in {x.checkpoint_id for x in rows}}, done
-        )
+            accepted.append(cid)
+        await self._quarantine(box, rejected, done)
+        self._whole.difference_update(rejected)
         if accepted:
-            await box.mark_synced([row.checkpoint_id for row in accepted])
-            self._conversations.accepted(accepted)
+            await box.mark_synced(accepted)
+            self._whole.difference_update(accepted)
             done.sent += len(accepted)
 
     async def _quarantine(self, box: Any, reasons: dict[str, str], done: Drained) -> None:

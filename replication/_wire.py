@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
-from stores import RUN_END, STATUSES, Checkpoint, conversation_of, parse_path
+from stores import RUN_END, STATUSES, Checkpoint, StoredRow, conversation_of, parse_path
 
 __all__ = [
     "CacheItem",
@@ -27,9 +27,12 @@ __all__ = [
     "Item",
     "Messages",
     "Rebuilder",
+    "StoredItem",
     "cache_item",
     "resource_type",
     "row_of",
+    "stored_item",
+    "whole_item",
 ]
 
 _MESSAGES: Final = "messages"
@@ -86,6 +89,89 @@ class Item(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError("state_snapshot must not hold messages: they travel in 'messages'")
         if self.messages is not None and not 0 <= len(self.messages.new) <= self.messages.count:
             raise ValueError("messages.new cannot hold more than messages.count messages")
+
+
+class StoredMessages(msgspec.Struct):
+    """:class:`Messages` of a row as stored: ``new`` is the stored chunk, unparsed."""
+
+    log: str
+    count: int
+    new: msgspec.Raw
+
+
+class StoredMetadata(msgspec.Struct):
+    """:class:`Metadata` of a row as stored (JSON columns unparsed)."""
+
+    node_input: msgspec.Raw
+    node_output: msgspec.Raw
+    interrupt_reason: str | None
+    interrupt_context: msgspec.Raw
+    agent_path: str | None
+
+
+class StoredItem(msgspec.Struct):
+    """An :class:`Item` built from a row's stored columns: it encodes to the same JSON without
+    decoding and re-encoding them (the replicator's path; ``whole``: it carries every message)."""
+
+    checkpoint_id: str
+    execution_id: str
+    seq: int
+    runner: str
+    resource_type: str
+    agent_id: str
+    node_id: str
+    step_index: int
+    step_type: str
+    status: str
+    parent_checkpoint_id: str | None
+    created_at: datetime
+    state_snapshot: msgspec.Raw
+    messages: StoredMessages | None
+    metadata: StoredMetadata
+
+
+_EMPTY: Final = msgspec.Raw(b"[]")
+
+
+def stored_item(stored: StoredRow, chunk: bytes | None, kind: str) -> StoredItem:
+    """The wire item of a row as stored: its chunk is what it adds to its conversation's log."""
+    messages = None
+    if stored.log_id is not None:
+        messages = StoredMessages(
+            conversation_of(stored.agent_path),
+            stored.message_count,
+            msgspec.Raw(chunk) if chunk is not None else _EMPTY,
+        )
+    return StoredItem(
+        checkpoint_id=stored.checkpoint_id,
+        execution_id=stored.execution_id,
+        seq=stored.seq,
+        runner=stored.runner,
+        resource_type=kind,
+        agent_id=stored.runner,
+        node_id=stored.node_id,
+        step_index=stored.step_index,
+        step_type=stored.step_type,
+        status=stored.status,
+        parent_checkpoint_id=stored.parent_checkpoint_id,
+        created_at=stored.created_at,
+        state_snapshot=msgspec.Raw(stored.state_snapshot),
+        messages=messages,
+        metadata=StoredMetadata(
+            msgspec.Raw(stored.node_input),
+            msgspec.Raw(stored.node_output),
+            stored.interrupt_reason,
+            msgspec.Raw(stored.interrupt_context),
+            stored.agent_path,
+        ),
+    )
+
+
+def whole_item(row: Checkpoint) -> Item:
+    """The wire item of a row with every message it holds (for a receiver that lacks its base)."""
+    messages, snapshot = _split(row)
+    wire = None if messages is None else Messages(conversation_of(row.agent_path), len(messages), messages)
+    return _item(row, wire, snapshot, resource_type(row.agent_path))
 
 
 class CacheItem(msgspec.Struct, forbid_unknown_fields=True):
@@ -249,8 +335,11 @@ class Rebuilder:
                     f"messages.new of {item.checkpoint_id!r} starts at message {start}, but conversation "
                     f"{wire.log!r} holds {len(before)}: send it whole"
                 )
-            messages = before[:start] + wire.new
-            self._logs[key] = messages
+            if wire.new:
+                log = self._logs[key] = before[:start] + wire.new
+            else:  # a row that adds nothing reads a prefix; the log keeps what it holds
+                log = self._logs[key] = before
+            messages = log[: wire.count]
             snapshot[_MESSAGES] = messages
         return row_of(item, snapshot)
 

@@ -12,6 +12,7 @@ suite, :mod:`stores.testing`, that a third-party store can run too.
 
 from typing import TYPE_CHECKING, Any
 
+from ._codec import StoredRow
 from ._errors import (
     MAX_EXECUTION_ID,
     AlreadyResumed,
@@ -133,6 +134,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
+    "StoredRow",
     "TetherError",
     "WriteConflict",
     "canonical_json",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from ._codec import StoredRow
 from ._heads import RunHead
 from ._model import Cached, CacheEntry, Checkpoint, PendingInterrupt, ReEntry
 from ._watch import RowWatch
@@ -150,6 +151,11 @@ class ReplicatedStore(Protocol):
     async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
         """Insert rows restored from the plane as already synced; existing ids are skipped. Returns
         how many were inserted."""
+
+    async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
+        """Like :meth:`fetch_unsynced`, the rows as stored, not materialised: their columns (JSON
+        ones as the bytes stored, the snapshot without its messages) and the messages each adds to
+        its conversation's log (a JSON array, or ``None``). What a replicator ships, unparsed."""
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
         """``@idempotent`` cache entries not yet shipped, oldest first."""

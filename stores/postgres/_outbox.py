@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 import asyncpg
 
 from .._base import Plan
-from .._codec import MessageLogs, encode_cache_value, encode_pending
+from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt
@@ -105,6 +105,13 @@ class Outbox:
             )
             for r in recs
         ]
+
+    async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
+        """Unsynced rows as stored (columns and the messages each adds), oldest write first."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["unsynced_stored"], limit)
+        return [(StoredRow(*rec[:18]), rec[18]) for rec in recs]
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
         """Cache entries not yet shipped, oldest first (one round trip)."""

@@ -191,6 +191,7 @@ WHERE execution_id IN (SELECT execution_id FROM {{s}}.checkpoints WHERE created_
 ORDER BY execution_id, seq""",
     "prune_done_cache": "DELETE FROM {s}.idempotency_cache WHERE execution_id = ANY($1::text[]) "
     f"AND created_at < $2 AND {_SENT}",
+    "unsynced_stored": f"SELECT {_COLS}, new_messages FROM {{s}}.checkpoints WHERE NOT synced ORDER BY id LIMIT $1",
     "unsynced_cache": "SELECT execution_id, key, value, created_at FROM {s}.idempotency_cache "
     "WHERE NOT synced ORDER BY created_at, execution_id, key LIMIT $1",
     "mark_cache_synced": "UPDATE {s}.idempotency_cache c SET synced = true "

@@ -218,17 +218,24 @@ def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock:
 
 
 def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
-    """Queued runs, and runs whose owner's byte is unlocked, oldest first."""
+    """Runs whose owner's byte is unlocked (recovery first), then queued runs, oldest first."""
     owners = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM run_owners WHERE owner IS NOT NULL")]
     dead = [o for o in owners if not lock.alive(o)]
-    marks = ", ".join("?" for _ in dead)
-    where = f"owner IS NULL OR owner IN ({marks})" if dead else "owner IS NULL"
-    return [
-        eid
-        for (eid,) in conn.execute(
-            f"SELECT execution_id FROM run_owners WHERE {where} ORDER BY since LIMIT ?", (*dead, limit)
-        )
-    ]
+    found: list[str] = []
+    if dead:  # recovery first, then the queue
+        marks = ", ".join("?" for _ in dead)
+        found = [
+            eid
+            for (eid,) in conn.execute(
+                f"SELECT execution_id FROM run_owners WHERE owner IN ({marks}) ORDER BY since LIMIT ?",
+                (*dead, limit),
+            )
+        ]
+    queued = conn.execute(
+        "SELECT execution_id FROM run_owners WHERE owner IS NULL ORDER BY since LIMIT ?",
+        (limit - len(found),),
+    )
+    return found + [eid for (eid,) in queued]
 
 
 def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: LivenessFile | None) -> set[str]:

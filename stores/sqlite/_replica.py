@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from .._base import Plan
-from .._codec import MessageLogs, encode_cache_value, encode_pending
+from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
-from ._rows import PENDING_COLUMNS, dt, ts
+from ._rows import PENDING_COLUMNS, ROW_COLUMNS, dt, ts
 
 __all__ = ["Replica"]
 
@@ -42,6 +42,27 @@ class Replica:
             return [
                 CacheEntry(execution_id=execution_id, key=key, value=decode(value), created_at=dt(created))
                 for key, value, created in cursor
+            ]
+
+        found = await self._read(run)
+        assert isinstance(found, list)
+        return found
+
+    async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
+        """Unsynced rows as stored (columns and the messages each adds), oldest write first."""
+
+        def run(conn: sqlite3.Connection) -> list[tuple[StoredRow, bytes | None]]:
+            cursor = conn.execute(
+                f"SELECT {ROW_COLUMNS}, new_messages FROM checkpoints "
+                "WHERE id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?",
+                (limit,),
+            )
+            return [
+                (
+                    StoredRow._make([*found[:17], dt(found[17])]),
+                    None if found[18] is None else bytes(found[18]),
+                )
+                for found in cursor
             ]
 
         found = await self._read(run)

@@ -22,6 +22,7 @@ __all__ = [
     "INSERT_ROW",
     "LOG_LENGTH",
     "PENDING_COLUMNS",
+    "ROW_COLUMNS",
     "Ctx",
     "delete_rows",
     "dt",

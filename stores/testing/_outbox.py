@@ -180,3 +180,27 @@ class OutboxTests(ConformanceBase):
             assert await store.history("done") == []
             assert await store.cache_get("done", "k") is None
             assert await store.history("crashed") == [crashed[2]]
+
+    async def test_outbox_gives_rows_as_stored_with_the_messages_each_adds(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            msgs = [make_message(i) for i in range(5)]
+            rows = [
+                make_row("run-s", 0, messages=msgs[:2]),
+                make_row("run-s", 1),  # no messages
+                make_row("run-s", 2, messages=msgs[:2]),  # adds nothing
+                make_row("run-s", 3, messages=msgs[:5]),
+            ]
+            await self.write(store, rows)
+            found = await box.fetch_unsynced_stored(10)
+            assert [(s.checkpoint_id, s.seq, s.runner, s.node_id) for s, _ in found] == [
+                (r.checkpoint_id, r.seq, r.runner, r.node_id) for r in rows
+            ]
+            chunks = [None if chunk is None else msgspec.json.decode(chunk) for _, chunk in found]
+            assert chunks == [msgs[:2], None, None, msgs[2:5]]
+            assert [s.message_count for s, _ in found] == [2, 0, 2, 5]
+            assert found[1][0].log_id is None and found[0][0].log_id == found[3][0].log_id
+            assert msgspec.json.decode(found[0][0].state_snapshot) == {"turn": 0}
+            assert found[0][0].created_at == rows[0].created_at
+            await box.mark_synced([rows[0].checkpoint_id])
+            assert [s.seq for s, _ in await box.fetch_unsynced_stored(2)] == [1, 2]

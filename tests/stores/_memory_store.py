@@ -14,7 +14,7 @@ from typing import Any
 from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
 from stores._base import check_history_range, check_page, intent_key
-from stores._codec import DEFAULT_MAX_ROW_BYTES
+from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, StoredRow
 from stores._errors import (
     AlreadyResumed,
     IncompatibleSchema,
@@ -429,3 +429,13 @@ class MemoryStore:
 
     async def attach_replica(self) -> None:
         self.db.attached = True
+
+    async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
+        wanted = await self.fetch_unsynced(limit)
+        plans: dict[str, tuple[StoredRow, bytes | None]] = {}
+        for eid in {row.execution_id for row in wanted}:
+            logs = MessageLogs()  # one per run: its rows in seq order share their logs
+            for earlier in self._sorted(eid):
+                stored, append = logs.plan(earlier)
+                plans[earlier.checkpoint_id] = (stored, append.chunk if append is not None else None)
+        return [plans[row.checkpoint_id] for row in wanted]

@@ -109,7 +109,7 @@ def test_reading_commands(store_backend: Backend, tmp_path: Path) -> None:
 
 
 def test_commands_that_decide_and_write(store_backend: Backend, tmp_path: Path) -> None:
-    url = demo_store(store_backend, tmp_path, paused=["wait-1", "wait-2", "wait-3"])
+    url = demo_store(store_backend, tmp_path, paused=["wait-1", "wait-2", "wait-3", "wait-4"])
 
     approved = tether(url, "approve", "wait-1", "--meta", "approver=ops-lead", "--runner", RUNNER)
     assert approved.code == 0, approved
@@ -125,13 +125,24 @@ def test_commands_that_decide_and_write(store_backend: Backend, tmp_path: Path) 
         'Done: {"refunded":false,"order":"1042"}',
     )
 
-    # Without the runner, a decision is refused and the run stays paused.
-    name, message = tether(url, "approve", "wait-3").refusal()
-    assert name == "RunnerNotFound" and "'refund-bot'" in message and "--runner MODULE:ATTR" in message
-    assert [p["execution_id"] for p in tether(url, "pending", "--json").json()] == ["wait-3"]
+    # Without the runner, the decision claims the pause and hands the run to the fleet; a process
+    # with the runner (here `resume`, as a worker's sweep would) finishes it with that decision.
+    handed = tether(url, "approve", "wait-3", "--meta", "approver=night-shift")
+    assert handed.out.strip() == (
+        "wait-3: approved (manager_approval at turn:0/tool:refund); handed to the fleet: a worker finishes the run"
+    ), handed
+    assert tether(url, "approve", "wait-3").refusal()[0] == "AlreadyResumed"
+    claimed = tether(url, "show", "wait-3", "--json").json()
+    assert claimed["summary"]["status"] == "orphaned" and claimed["rows"][-1]["step_type"] == "resume"
+    finished = tether(url, "resume", "wait-3", "--runner", RUNNER)
+    assert finished.out.splitlines()[-1].startswith('wait-3: completed · Done: {"refunded":true'), finished
+    assert "charged a refund of 50000" in finished.out
+    as_json = tether(url, "reject", "wait-4", "--json").json()
+    assert as_json["claimed"]["reason"] == "manager_approval" and as_json["summary"]["status"] == "orphaned"
 
-    cancelled = tether(url, "cancel", "wait-3", "--reason", "not needed", "--runner", RUNNER)
-    assert cancelled.out.strip() == "wait-3: failed · cancelled: not needed", cancelled
+    # A run that no decision can reach any more: cancelled.
+    cancelled = tether(url, "cancel", "wait-4", "--reason", "not needed", "--runner", RUNNER)
+    assert cancelled.out.strip() == "wait-4: failed · cancelled: not needed", cancelled
     assert tether(url, "pending", "--json").json() == []
 
     recovered = tether(url, "resume", "orphan", "--runner", RUNNER, "--json").json()

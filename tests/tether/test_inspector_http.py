@@ -1,5 +1,6 @@
 """The inspector's answers to what a browser test does not click: a decision without the run's
-runner, unknown runs and rows, bad parameters, a wrong token. A real ``tether inspect`` on loopback,
+runner (the pause is claimed and the run handed to the fleet), unknown runs and rows, bad
+parameters, a wrong token. A real ``tether inspect`` on loopback,
 asked with httpx; SQLite (the pages read through the same calls on both backends, which the
 browser test runs on each)."""
 
@@ -67,14 +68,27 @@ def test_refusals_of_the_inspector(served: tuple[str, Path]) -> None:
         page = client.get("/pending").text
         csrf = re.search(r'name="csrf" value="([^"]+)"', page)
         assert csrf is not None
-        # No runner for 'refund-bot' here: the decision is refused and the run stays paused.
-        refused = client.post("/runs/waits/approve", data={"csrf": csrf[1]})
-        assert refused.status_code == 409 and "RunnerNotFound" in refused.text
-        assert "waits" in client.get("/pending").text
-        assert "3 rows" in client.get("/runs/waits").text  # nothing was written
+        # The pending list's pages: positions before and after the pause.
+        assert client.get("/pending?after=waits").status_code == 400
+        later = client.get("/pending", params={"after": "waits", "at": "2999-01-01T00:00:00+00:00"})
+        assert later.status_code == 200 and 'data-id="waits"' in later.text
+        earlier = client.get("/pending", params={"after": "waits", "at": "2000-01-01T00:00:00+00:00"})
+        assert earlier.status_code == 200 and 'data-id="waits"' not in earlier.text
+        # Refused forms write nothing.
         assert client.post("/runs/waits/approve", data={"csrf": "forged"}).status_code == 403
         padded = {"csrf": csrf[1], "approver": "x" * 20_000}  # over the form bound: refused unread
         assert client.post("/runs/waits/approve", data=padded).status_code == 403
+        assert "3 rows" in client.get("/runs/waits").text
+        # No runner for 'refund-bot' here: the decision claims the pause and hands the run to the
+        # fleet (a resume row with the decision; the run is orphaned until a worker drives it).
+        handed = client.post("/runs/waits/approve", data={"csrf": csrf[1], "approver": "ops"})
+        assert handed.status_code == 303 and handed.headers["location"] == "/runs/waits?done=approved-handed"
+        page = client.get(handed.headers["location"]).text
+        assert "approved; handed to the fleet: a worker finishes the run." in page
+        assert 'id="status">orphaned<' in page and "4 rows" in page
+        assert 'data-id="waits"' not in client.get("/pending").text
+        again = client.post("/runs/waits/approve", data={"csrf": csrf[1]})
+        assert again.status_code == 409 and "already resumed: " in again.text
         assert client.post("/runs/waits/destroy", data={"csrf": csrf[1]}).status_code == 404
 
         assert client.get("/runs/nobody").status_code == 404
@@ -86,8 +100,3 @@ def test_refusals_of_the_inspector(served: tuple[str, Path]) -> None:
         one = client.get("/runs?limit=1").text
         assert one.count('class="run"') == 1 and 'href="/runs?limit=2"' in one
         assert 'id="more"' not in client.get("/runs?limit=5").text
-        assert client.get("/pending?after=waits").status_code == 400
-        later = client.get("/pending", params={"after": "waits", "at": "2999-01-01T00:00:00+00:00"})
-        assert later.status_code == 200 and 'data-id="waits"' in later.text
-        earlier = client.get("/pending", params={"after": "waits", "at": "2000-01-01T00:00:00+00:00"})
-        assert earlier.status_code == 200 and 'data-id="waits"' not in earlier.text

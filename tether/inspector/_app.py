@@ -3,7 +3,8 @@
 Every page reads through the same functions as the command line (``ActorSystem.status``/``runs``
 and :mod:`tether._timeline`); Approve and Reject are plain HTML forms posting the CSRF token. A
 decision claims the pause; when this inspector was given the run's runner it also drives the run
-to its next resting row (bounded by :data:`DRIVE_TIMEOUT`; a longer run goes on in the background).
+to its next resting row (bounded by :data:`DRIVE_TIMEOUT`; a longer run goes on in the background),
+else the claim hands the run to the fleet (``system.claim``), whose workers finish it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ __all__ = ["DRIVE_TIMEOUT", "PAGE", "build_app"]
 DRIVE_TIMEOUT: Final = 30.0
 #: Rows per page of the runs list and of the pending list.
 PAGE: Final = 100
+#: What the run page says after a decision (``?done=``).
+_DONE: Final = {
+    "approved": "approved; the run is now {status}.",
+    "rejected": "rejected; the run is now {status}.",
+    "approved-handed": "approved; handed to the fleet: a worker finishes the run.",
+    "rejected-handed": "rejected; handed to the fleet: a worker finishes the run.",
+}
 #: The most runs one page lists (``?limit=``).
 _MAX_LIMIT: Final = 2000
 #: Bound on a posted form (a decision is a few short fields).
@@ -95,7 +103,8 @@ async def _run(request: Request) -> Response:
     rows = await system.history(execution_id)
     assert system.store is not None
     lines = timeline(rows, await sync_states(system.store, rows))
-    done = request.query_params.get("done")
+    said = _DONE.get(request.query_params.get("done", ""))
+    done = said.format(status=summary.status) if said is not None else None
     return _page(request, "run.html", summary=summary, rows=lines, done=done)
 
 
@@ -149,13 +158,17 @@ async def _decide(request: Request) -> Response:
         )
     approver = (form.get("approver") or ["inspector"])[0][:200]
     decision = Resume(approved=approved, metadata={"approver": approver})
+    done = "approved" if approved else "rejected"
     try:
-        with anyio.move_on_after(DRIVE_TIMEOUT):
-            await state.system.resume(execution_id, decision)
+        if (await state.system.status(execution_id)).runner in state.runners:
+            with anyio.move_on_after(DRIVE_TIMEOUT):
+                await state.system.resume(execution_id, decision)
+        else:  # no runner here: claim the pause and leave the run to the fleet's workers
+            await state.system.claim(execution_id, decision)
+            done += "-handed"
     except AlreadyResumed as exc:
         return _page(request, "message.html", 409, title="Already resumed", text=f"already resumed: {exc}")
-    verb = "approved" if approved else "rejected"
-    return RedirectResponse(f"/runs/{quote(execution_id, safe='')}?done={verb}", status_code=303)
+    return RedirectResponse(f"/runs/{quote(execution_id, safe='')}?done={done}", status_code=303)
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

@@ -4,8 +4,8 @@ Usage: ``python _fleet_child.py MODE BACKEND TARGET SCHEMA WORKDIR [ARG]``.
 
 The runner ``fleet-refund`` makes one sync tool call, ``refund``, then answers. The tool writes
 ``WORKDIR/entered-<pid>``, waits (at most 60 s) until ``WORKDIR/go`` exists when ``WORKDIR/hold``
-exists, then charges through a sync ``@idempotent`` function that appends ``<execution_id> <pid>``
-to ``WORKDIR/charges``.
+exists, then charges through a sync ``@idempotent`` function that appends ``<order> <its
+idempotency_key()> <pid>`` to ``WORKDIR/charges``.
 
 Modes: ``own ID`` spawns run ID and prints ``{"lock_pid": ...}`` (the PostgreSQL backend pid of its
 lock connection, or null), then the outcome of the run; ``recover ID`` resumes run ID (retrying
@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from actors import ActorSystem, Agent, idempotent, tool
+from actors import ActorSystem, Agent, idempotency_key, idempotent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import AlreadyResumed, PostgresStore, SQLiteStore, Store
 
@@ -40,7 +40,7 @@ def agent(workdir: Path, pause: float = 0.0) -> Agent:
     @idempotent
     def charge(order: str) -> str:
         with (workdir / "charges").open("a") as out:
-            out.write(f"{order} {os.getpid()}\n")
+            out.write(f"{order} {idempotency_key()} {os.getpid()}\n")
         return f"charged {order}"
 
     @tool
