@@ -212,6 +212,8 @@ async def main(args: argparse.Namespace) -> int:
         ours="replicated",
         base="plain",
     )
+    for name, label in (("plain", "no replicator"), ("null", "null plane"), ("connected", "reference plane")):
+        print(f"samples, {label} (steps/s): " + ", ".join(f"{v:,.0f}" for v in samples[name]))
     print("every run completed; every row reached the plane as it was written")
     return 0 if ok or args.tiny else 1
 

@@ -549,6 +549,18 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             pid = await pool.fetchval(self._owner_sql["owner_pid"], execution_id)
         return None if pid is None else int(pid)
 
+    async def terminate_owner(self, execution_id: str) -> int | None:
+        """End the lock session of the run's live owner (an operator's ``tether recover --force``
+        for a frozen process): every run that owner holds is then an orphan. The pid ended, or
+        ``None`` when no live owner holds the run."""
+        pid = await self.owner_pid(execution_id)
+        if pid is None:
+            return None
+        pool = await self._ready()
+        with self._lost():
+            await pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        return pid
+
     async def _lock_connection(self) -> asyncpg.Connection:
         if self._state is StoreState.CLOSED:
             raise store_closed(self)

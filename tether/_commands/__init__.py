@@ -19,9 +19,11 @@ from . import (
     pending,
     plane,
     prune,
+    recover,
     resume,
     runs,
     show,
+    worker,
 )
 from ._command import Command
 
@@ -37,6 +39,8 @@ COMMANDS: tuple[Command, ...] = (
     decide.APPROVE,
     decide.REJECT,
     resume.COMMAND,
+    recover.COMMAND,
+    worker.COMMAND,
     cancel.COMMAND,
     fork.COMMAND,
     prune.COMMAND,

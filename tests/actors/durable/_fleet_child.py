@@ -118,5 +118,10 @@ async def main(mode: str, backend: str, target: str, schema: str, workdir: str, 
             await system.serve(concurrency=8, poll=0.05)
 
 
+def cli_agent() -> Agent:
+    """The runner for ``--runner _fleet_child:cli_agent`` (its WORKDIR from ``$FLEET_WORKDIR``)."""
+    return agent(Path(os.environ["FLEET_WORKDIR"]))
+
+
 if __name__ == "__main__":
     anyio.run(main, *sys.argv[1:])

@@ -13,7 +13,8 @@ import pytest
 from _team import BASELINE, OUTPUT, counts, team
 from conftest import Backend
 
-from actors import ActorSystem, Resume
+from actors import ActorSystem, Agent, Resume, Supervisor, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FORK_ORIGIN, RUN_END
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +97,44 @@ async def test_fork_from_the_newest_step_and_from_a_checkpoint_inside_a_worker(
     assert origin.parent_checkpoint_id == clerk_turn.checkpoint_id
     assert next(r.agent_path for r in rows if r.seq > origin.seq) == "supervisor:ops/worker:clerk"
     assert original == base  # the base run is untouched
+
+
+async def test_cancel_of_a_running_nested_run_stops_the_deep_tool(store_backend: Backend) -> None:
+    entered, stopped = anyio.Event(), anyio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Waits until cancelled."""
+        entered.set()
+        try:
+            await anyio.sleep(30)
+        finally:
+            stopped.set()
+        return "never"
+
+    def worker(messages: list[Message]) -> str | ModelReply:
+        return ModelReply(tool_calls=[ToolCall("wait", {})])
+
+    def manager(messages: list[Message]) -> str | ModelReply:
+        return ModelReply(tool_calls=[ToolCall("delegate_to_w", {"task": "wait"})])
+
+    sup = Supervisor(
+        "s", Agent("m", FunctionModel(manager)), {"w": Agent("w", FunctionModel(worker), tools=[wait])}
+    )
+    async with store_backend.open() as store, ActorSystem(store) as system:
+        with anyio.fail_after(20):
+            ref = await system.spawn(sup, "go", execution_id="running")
+            await entered.wait()
+            cancelled = await system.cancel("running", reason="stop")
+            await stopped.wait()  # the child actor's tool was cancelled, not left running
+            result = await ref.result()
+            rows = await system.history("running")
+            for _ in range(500):  # the run's actor passivates (its child stopped before it)
+                if system.runtime.registry.lookup("running") is None:
+                    break
+                await anyio.sleep(0.01)
+            assert system.runtime.registry.lookup("running") is None
+    assert cancelled.status == "failed" and result.status == "failed"
+    assert result.error == "cancelled: stop"
+    assert [r.step_type for r in rows].count(RUN_END) == 1 and rows[-1].agent_path == "supervisor:s"
+    assert rows[-2].agent_path == "supervisor:s/worker:w/tool:wait"
