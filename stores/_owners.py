@@ -182,6 +182,10 @@ class OwnedStore:
         """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
         raise NotImplementedError
 
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have a ``run_owners`` row that names no owner (handed to the fleet)."""
+        raise NotImplementedError
+
     def _probe(self) -> None:
         """A cheap synchronous look at the liveness lock (SQLite: is the lock file still ours)."""
 
@@ -286,6 +290,13 @@ class OwnedStore:
         if not execution_ids:
             return set()
         return await self._owned_rows(list(execution_ids))
+
+    async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs were handed to the fleet and not yet taken (enqueued, claimed, or
+        left mid-step): a plain read, no lock taken."""
+        if not execution_ids:
+            return set()
+        return await self._unowned_rows(list(execution_ids))
 
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""

@@ -32,7 +32,16 @@ from .._errors import StoreUnavailable
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
 from .._owners import Op, Ownership, taken
 
-__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "ride", "take_row"]
+__all__ = [
+    "WATCH_INTERVAL",
+    "LivenessFile",
+    "orphan_rows",
+    "owned_rows",
+    "release_row",
+    "ride",
+    "take_row",
+    "unowned_rows",
+]
 
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -250,4 +259,20 @@ def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: Liv
         ):
             if lock is not None and lock.alive(owner):
                 found.add(eid)
+    return found
+
+
+def unowned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str]) -> set[str]:
+    """Which of these runs have a ``run_owners`` row naming no owner (handed to the fleet)."""
+    found: set[str] = set()
+    for start in range(0, len(execution_ids), 500):
+        chunk = list(execution_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        found.update(
+            eid
+            for (eid,) in conn.execute(
+                f"SELECT execution_id FROM run_owners WHERE owner IS NULL AND execution_id IN ({marks})",
+                chunk,
+            )
+        )
     return found

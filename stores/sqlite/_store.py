@@ -44,7 +44,7 @@ from .._owners import Op
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
-from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, ride, take_row
+from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, ride, take_row, unowned_rows
 from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
@@ -636,6 +636,9 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
     async def _orphan_rows(self, limit: int) -> list[str]:
         lock = self._liveness
         return await self._read(lambda c: orphan_rows(c, limit, lock))
+
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        return await self._read(lambda c: unowned_rows(c, execution_ids))
 
     def _probe(self) -> None:
         self._liveness.probe()
