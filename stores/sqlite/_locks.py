@@ -26,11 +26,11 @@ import struct
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from .._errors import StoreUnavailable
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
-from .._owners import Ownership
+from .._owners import Op, Ownership, taken
 
 __all__ = [
     "WATCH_INTERVAL",
@@ -38,6 +38,7 @@ __all__ = [
     "orphan_rows",
     "owned_rows",
     "release_row",
+    "ride",
     "take_row",
     "unowned_rows",
 ]
@@ -208,6 +209,21 @@ def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None
             f"UPDATE run_owners SET owner = NULL, since = {_NOW} WHERE execution_id = ? AND owner = ?",
             (execution_id, owner),
         )
+
+
+def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock: LivenessFile) -> Op:
+    """``op`` in the transaction that takes the run for ``take`` (checked as :func:`take_row` does;
+    refused with :func:`~stores._owners.taken`) and releases it for ``release`` after."""
+
+    def run(conn: sqlite3.Connection) -> Any:
+        if take is not None and not take_row(conn, execution_id, take, lock):
+            raise taken(execution_id)
+        value = op(conn)
+        if release is not None:
+            release_row(conn, execution_id, release)
+        return value
+
+    return run
 
 
 def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
