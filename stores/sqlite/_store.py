@@ -217,6 +217,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             pending.node_id,
             pending.agent_path,
             ts(pending.created_at),
+            None if pending.expires_at is None else ts(pending.expires_at),
         )
 
         def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
@@ -224,7 +225,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
                 self._insert(conn, plan)
                 try:
                     conn.execute(
-                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         values,
                     )
                 except sqlite3.IntegrityError as exc:
@@ -623,6 +624,19 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         await self._hold()
         lock = self._liveness
         return await self._read(lambda c: owned_rows(c, execution_ids, lock))
+
+    async def _expired_rows(self, limit: int) -> list[str]:
+        now = ts(utcnow())
+        return await self._read(
+            lambda c: [
+                eid
+                for (eid,) in c.execute(
+                    "SELECT execution_id FROM pending_interrupts WHERE expires_at IS NOT NULL "
+                    "AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+                    (now, limit),
+                )
+            ]
+        )
 
     async def _orphan_rows(self, limit: int) -> list[str]:
         lock = self._liveness
