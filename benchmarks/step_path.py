@@ -16,6 +16,9 @@ Contenders:
   the driver, one one-hop transaction per row (aiosqlite autocommit ``INSERT`` on one connection;
   asyncpg autocommit ``INSERT`` on a dedicated connection, a pool of 20 when concurrent).
 * tether: ``ActorSystem.spawn(...)`` then ``RunRef.result()`` on ``SQLiteStore`` / ``PostgresStore``.
+* spawns (concurrent only, tether): batches of ``--concurrency`` runs, each batch started by that many
+  awaited ``spawn`` calls one after another and then awaited, beside batches spawned at once
+  (``asyncio.gather`` of the spawns) and then awaited; printed with their ratio.
 * with ``--peers`` (install ``.[bench]``; see benchmarks/README.md): FastAIAgent 1.94 untraced
   (``FASTAIAGENT_TRACE_ENABLED=false``; ``SQLiteCheckpointer`` / ``PostgresCheckpointer``), LangGraph
   1.2 (a ``StateGraph`` with a model node and a ``ToolNode``; ``AsyncSqliteSaver`` /
@@ -64,6 +67,10 @@ CHILD_TIMEOUT = 600.0
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SEQUENTIAL = 1.2
 TARGET_CONCURRENT = 3.0
+#: Awaited spawns one after another against spawns at once (runs/s of batches of ``--concurrency``).
+TARGET_SPAWNS = 0.8
+SPAWNS_AWAITED = "tether awaited spawns"
+SPAWNS_AT_ONCE = "tether spawns at once"
 BASE = "FastAIAgent untraced"
 
 _encode = msgspec.json.Encoder().encode
@@ -112,6 +119,12 @@ class Contender:
     async def verify(self, run_ids: list[str]) -> None:
         """Check the timed runs (outside the timing); raise ``AssertionError`` on a wrong answer."""
 
+    async def batch(self, run_ids: list[str]) -> None:
+        """Start and finish a batch of runs (only contenders measured in batches define it)."""
+        raise NotImplementedError
+
+    batched = False  #: whether the timed runs go through :meth:`batch`, ``concurrency`` at a time
+
     async def close(self) -> None:
         raise NotImplementedError
 
@@ -143,7 +156,10 @@ async def timed_runs(
         calls = ToolCounter.calls
         before()
         start, cpu = time.perf_counter(), time.thread_time()
-        if concurrency <= 1:
+        if contender.batched:
+            for first in range(0, runs, concurrency):
+                await contender.batch(ids[first : first + concurrency])
+        elif concurrency <= 1:
             for run_id in ids:
                 await contender.one(run_id)
         else:
@@ -237,6 +253,32 @@ class Tether(Contender):
         if self._store is not None:
             await self._store.close()
             self._store = None
+
+
+class TetherSpawns(Tether):
+    """tether's runs in batches: started by awaited ``spawn`` calls one after another, or all at once."""
+
+    batched = True
+
+    def __init__(self, backend: str, workdir: Path, *, awaited: bool) -> None:
+        super().__init__(backend, workdir)
+        self.name = SPAWNS_AWAITED if awaited else SPAWNS_AT_ONCE
+        self._awaited = awaited
+
+    async def batch(self, run_ids: list[str]) -> None:
+        system = self._system
+        assert system is not None
+        if self._awaited:
+            refs = [await system.spawn(self._agent, PROMPT, execution_id=run_id) for run_id in run_ids]
+        else:
+            refs = await asyncio.gather(
+                *(system.spawn(self._agent, PROMPT, execution_id=run_id) for run_id in run_ids)
+            )
+        for run_id, result in zip(
+            run_ids, await asyncio.gather(*(ref.result() for ref in refs)), strict=True
+        ):
+            if result.status != "completed" or result.output != _TETHER_ANSWER:
+                raise AssertionError(f"tether run {run_id}: {result}")
 
 
 # -- raw
@@ -385,6 +427,8 @@ def contenders(backend: str, workdir: Path, concurrency: int, peers: bool) -> li
         RawSQLite(workdir) if backend == "sqlite" else RawPostgres(concurrency),
         Tether(backend, workdir),
     ]
+    if concurrency > 1:
+        found += [TetherSpawns(backend, workdir, awaited=True), TetherSpawns(backend, workdir, awaited=False)]
     if peers:
         from benchmarks import _peers
 
@@ -394,7 +438,9 @@ def contenders(backend: str, workdir: Path, concurrency: int, peers: bool) -> li
 
 def contender(backend: str, name: str, workdir: Path, concurrency: int) -> Contender:
     """The one contender called ``name`` on ``backend`` (a peer needs the ``bench`` extra)."""
-    for found in contenders(backend, workdir, concurrency, peers=name not in ("raw", "tether")):
+    for found in contenders(
+        backend, workdir, concurrency, peers=name not in ("raw", "tether", SPAWNS_AWAITED, SPAWNS_AT_ONCE)
+    ):
         if found.name == name:
             return found
     raise ValueError(f"no contender {name!r} on {backend!r}")
@@ -486,6 +532,18 @@ def report(
                 versus = f"{rate / base[mode]:.2f}x" if base[mode] else "-"
                 line += f"{rate:>14,.0f}{rate / raw[mode]:>7.2f}x{versus:>15}"
             print(line)
+        awaited, at_once = (
+            results.get((backend, SPAWNS_AWAITED, concurrency)),
+            results.get((backend, SPAWNS_AT_ONCE, concurrency)),
+        )
+        if awaited is not None and at_once is not None:
+            ratio = awaited / at_once
+            verdict = "PASS" if ratio >= TARGET_SPAWNS else "MISS"
+            print(
+                f"spawns, {concurrency} runs a batch: {concurrency} awaited spawn calls then awaited "
+                f"{awaited:,.0f} runs/s, {concurrency} spawned at once then awaited {at_once:,.0f} runs/s: "
+                f"{ratio:.2f}x (>= {TARGET_SPAWNS:.1f}x): {verdict}"
+            )
         if base[1] is None:
             continue
         for mode, target in ((1, TARGET_SEQUENTIAL), (concurrency, TARGET_CONCURRENT)):
@@ -508,7 +566,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=64, help="runs in flight for the concurrent column"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over them)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds (median over them; 5, --tiny 3)"
+    )
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument(
         "--peers", action="store_true", help="also FastAIAgent, LangGraph and DBOS (.[bench])"
@@ -520,10 +580,11 @@ def main(argv: list[str] | None = None) -> None:
         _measure_here(args.measure)
         return
     runs, concurrency = (10, 4) if args.tiny else (args.runs, args.concurrency)
+    rounds = args.rounds if args.rounds is not None else 3 if args.tiny else 5
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
-    results = asyncio.run(run(backends, runs, concurrency, args.rounds, args.peers))
+    results = asyncio.run(run(backends, runs, concurrency, rounds, args.peers))
     print(f"{runs} runs per measurement; small refund = model, refund tool, model, answer")
-    report(results, backends, concurrency, args.rounds)
+    report(results, backends, concurrency, rounds)
     print("correctness: ok (every run completed with the answer, the tool ran once per run, 4 rows per run)")
 
 

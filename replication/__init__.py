@@ -9,12 +9,12 @@ it by themselves when a replicator is attached (``TETHER_RESTORE_FROM_PLANE=off`
 The reference plane server is :mod:`replication.plane` (optional extra ``plane``).
 """
 
-from ._errors import PlaneError, WireError
+from ._errors import PlaneError
 from ._messages import Drained
 from ._replicator import Replicator
 from ._restore import ENV_RESTORE, restore_from_plane
 
-__all__ = ["ENV_RESTORE", "Drained", "PlaneError", "Replicator", "WireError", "restore_from_plane"]
+__all__ = ["ENV_RESTORE", "Drained", "PlaneError", "Replicator", "restore_from_plane"]
 
 for _name in __all__:  # public names report this module (tracebacks say replication.PlaneError)
     _obj = globals()[_name]

@@ -1,10 +1,10 @@
-"""The errors of replication: a plane that cannot be used, and what it answered."""
+"""The error of replication: a plane that cannot be used."""
 
 from __future__ import annotations
 
 from stores import TetherError
 
-__all__ = ["PlaneError", "WireError"]
+__all__ = ["PlaneError"]
 
 
 class PlaneError(TetherError):
@@ -16,7 +16,3 @@ class PlaneError(TetherError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-class WireError(TetherError, ValueError):
-    """An item or a cache entry is not of the ingest shape; the message names the field."""

@@ -18,15 +18,15 @@ release would leave them unowned and unfindable). The next run taken gets a fres
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
 
 import anyio
 
-from ._errors import OwnershipLost, StoreUnavailable, check_execution_id
+from ._errors import OwnershipLost, RunExists, StoreUnavailable, check_execution_id
 from ._model import new_id
 
-__all__ = ["LOGGER", "Ownership"]
+__all__ = ["LOGGER", "OwnedStore", "Ownership", "taken"]
 
 #: The one "tether" logger (the same name actors logs under).
 LOGGER: Final = logging.getLogger("tether")
@@ -39,6 +39,9 @@ _TAKE_TIMEOUT: Final = 30.0
 _TAKE_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
 #: What a listener is told: the ids of the runs just abandoned.
 Listener = Callable[[list[str]], object]
+#: A write transaction's operation, in a backend's dialect.
+Op = Callable[[Any], Any]
+T = TypeVar("T")
 
 
 class Ownership:
@@ -47,7 +50,7 @@ class Ownership:
     ``store`` names the store in log lines and errors (its ``repr``).
     """
 
-    __slots__ = ("_abandoned", "_listeners", "_lost", "_store", "held", "owner", "taking")
+    __slots__ = ("_abandoned", "_listeners", "_lost", "_store", "held", "owner", "taking", "unrecorded")
 
     def __init__(self, store: object) -> None:
         self._store = store
@@ -55,6 +58,9 @@ class Ownership:
         #: run -> the owner id it was taken under
         self.held: dict[str, str] = {}
         self.taking: set[str] = set()
+        #: held runs without their ``run_owners`` row: taken to write it with the run's first row,
+        #: or deleted with a resting row (the run's next write records it again, checked)
+        self.unrecorded: set[str] = set()
         self._lost: set[str] = set()  # owner ids whose lock was lost
         self._abandoned: set[str] = set()
         self._listeners: list[Listener] = []
@@ -77,9 +83,30 @@ class Ownership:
         run was abandoned (its row stays for whoever takes it over) or not held here."""
         owner = self.held.pop(execution_id, None)
         self._abandoned.discard(execution_id)
+        if execution_id in self.unrecorded:
+            self.unrecorded.discard(execution_id)
+            return None
         if owner is None or owner in self._lost:
             return None
         return owner
+
+    def riding(self, execution_id: str, resting: bool) -> tuple[str | None, str | None]:
+        """The owner whose ``run_owners`` row a write of the run must take (check and record) and
+        the owner whose row it must delete (``resting``: a ``run_end`` or a pause), in its own
+        transaction; ``None`` for neither."""
+        owner = self.held.get(execution_id)
+        if owner is None or owner in self._lost:
+            return None, None
+        return (owner if execution_id in self.unrecorded else None), (owner if resting else None)
+
+    def rode(self, execution_id: str, take: str | None, release: str | None, *, done: bool) -> None:
+        """After a write that carried ``take``/``release``: ``done`` if it committed. A write whose
+        outcome is unknown (cancelled, failed) leaves the run recorded, so :meth:`OwnedStore.unlock`
+        releases whatever row it may have left."""
+        if take is not None:
+            self.unrecorded.discard(execution_id)
+        if release is not None and done and execution_id in self.held:
+            self.unrecorded.add(execution_id)
 
     def abandoned(self, execution_id: str) -> bool:
         """Whether this store lost the run with its lock."""
@@ -159,8 +186,21 @@ class OwnedStore:
         """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
         raise NotImplementedError
 
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have a ``run_owners`` row that names no owner (handed to the fleet)."""
+        raise NotImplementedError
+
     def _probe(self) -> None:
         """A cheap synchronous look at the liveness lock (SQLite: is the lock file still ours)."""
+
+    def _ride(self, execution_id: str, op: Op, take: str | None, release: str | None) -> Op:
+        """``op`` with the ownership statements around it, in one transaction: first the take of
+        ``take`` (:func:`taken` raised if a live other owner holds the run), then ``op``, then the
+        release of ``release``. Only for a backend whose :attr:`_rides` is set."""
+        raise NotImplementedError
+
+    #: Whether :meth:`_ride` is written (the run's first row and its resting row carry ownership).
+    _rides: bool = False
 
     # -- the methods ------------------------------------------------------------------------------
 
@@ -186,6 +226,42 @@ class OwnedStore:
             # The lock went while the row was written: the run is abandoned like every other.
             own.check(execution_id)
         return taken is not None
+
+    async def try_lock_with_first_row(self, execution_id: str) -> bool:
+        """Take ownership of a run this activation creates, recorded with its first row (``seq`` 0)
+        in that row's transaction, where the take is checked: that write raises :class:`RunExists`
+        if a live owner holds the run. ``False`` if this store holds it already. Nothing but that
+        write may act for the run before it (:meth:`check_owner` refuses until the take is written)."""
+        if not self._rides:
+            return await self.try_lock(execution_id)
+        check_execution_id(execution_id)
+        own = self._own
+        if not own.begin(execution_id):
+            return False
+        owner: str | None = None
+        try:
+            owner = await self._hold()
+        finally:
+            own.end(execution_id, owner)
+        own.unrecorded.add(execution_id)
+        return True
+
+    async def _owning(
+        self, execution_id: str, resting: bool, write: Callable[[Callable[[Op], Op]], Awaitable[T]]
+    ) -> T:
+        """Run ``write`` with the ownership the run's row carries: ``write(ride)`` wraps its
+        transaction's operation in ``ride``. A resting row (``run_end``, a pause) of a run held here
+        deletes its ``run_owners`` row in the same transaction, so :meth:`unlock` writes nothing."""
+        take, release = self._own.riding(execution_id, resting) if self._rides else (None, None)
+        if take is None and release is None:
+            return await write(_same)
+        done = False
+        try:
+            value = await write(lambda op: self._ride(execution_id, op, take, release))
+            done = True
+        finally:
+            self._own.rode(execution_id, take, release, done=done)
+        return value
 
     async def _take_once(self, execution_id: str, owner: str) -> bool:
         # Shielded (and bounded): a take's outcome must be known, or its row could outlive it.
@@ -224,11 +300,32 @@ class OwnedStore:
             return set()
         return await self._owned_rows(list(execution_ids))
 
+    async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs were handed to the fleet and not yet taken (enqueued, claimed, or
+        left mid-step): a plain read, no lock taken."""
+        if not execution_ids:
+            return set()
+        return await self._unowned_rows(list(execution_ids))
+
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""
         self._probe()
         self._own.check(execution_id)
+        if execution_id in self._own.unrecorded:
+            raise OwnershipLost(
+                f"run {execution_id!r} is not recorded as owned here: its first row is not written yet, "
+                "or it rests (nothing may act for it until a write records the take)"
+            )
 
     def on_ownership_lost(self, listener: Listener) -> None:
         """Call ``listener(run ids)`` when this store loses its liveness lock (see :class:`Ownership`)."""
         self._own.on_lost(listener)
+
+
+def _same(op: Op) -> Op:
+    return op
+
+
+def taken(execution_id: str) -> RunExists:
+    """A run's first row refused because a live owner holds the run."""
+    return RunExists(f"run {execution_id!r} is owned by another live process or actor")

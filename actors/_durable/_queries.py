@@ -4,8 +4,9 @@ One module read by ``ActorSystem.status``/``runs``, the ``tether`` command line 
 DBOS's commands module serves both its CLI and its admin server). A summary joins what the rows say
 (:meth:`stores.Store.heads`: completed, failed, paused, unfinished) with who owns an unfinished run
 (:meth:`stores.Store.owned`, read without taking a lock): owned by a live process it is
-``running``, else ``orphaned`` (it crashed, it was stopped mid-step, or its claimed pause waits for
-a driver). Nothing here writes or locks.
+``running``; handed to the fleet at its first row and not yet taken (``enqueue``) it is ``queued``;
+else ``orphaned`` (it crashed, it was stopped mid-step, or its claimed pause waits for a driver).
+Nothing here writes or locks.
 
 No ``from __future__ import annotations`` here: ``actors`` reports :class:`RunSummary` as
 ``actors.RunSummary``, and msgspec resolves string annotations in the module ``__module__`` names.
@@ -51,12 +52,15 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     pending: PendingInterrupt | None = None
 
 
-def summarise(head: RunHead, owned: bool, pending: PendingInterrupt | None = None) -> RunSummary:
-    """The summary of a run from its head, whether a live process owns it, and its pending row."""
+def summarise(
+    head: RunHead, owned: bool, pending: PendingInterrupt | None = None, *, queued: bool = False
+) -> RunSummary:
+    """The summary of a run from its head, whether a live process owns it, its pending row, and
+    whether it waits in the fleet's queue (``queued``: handed to the fleet at its first row)."""
     state = head.state
     status: RunStatusName
     if state == "unfinished":
-        status = "running" if owned else "orphaned"
+        status = "running" if owned else "queued" if queued else "orphaned"
     else:
         status = state
     output = head.snapshot.get("output") if status == "completed" else None
@@ -77,16 +81,34 @@ def summarise(head: RunHead, owned: bool, pending: PendingInterrupt | None = Non
     )
 
 
+async def _queued(store: Store, heads: list[RunHead], owned: set[str]) -> set[str]:
+    """Of the unowned runs still at their first row, those the fleet holds for a worker (enqueued).
+
+    A store without a fleet's ownership record (no ``unowned``) has no queue."""
+    unowned = getattr(store, "unowned", None)
+    first = [
+        h.execution_id
+        for h in heads
+        if h.state == "unfinished" and h.seq == 0 and h.execution_id not in owned
+    ]
+    if not first or not callable(unowned):
+        return set()
+    found: set[str] = await unowned(first)
+    return found
+
+
 async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
     unfinished = [h.execution_id for h in heads if h.state == "unfinished"]
     owned = await store.owned(unfinished) if unfinished else set()
+    queued = await _queued(store, heads, owned)
     out = []
     for head in heads:
         pending = None
         if head.state == "paused":
             found = await store.pending(head.execution_id)
             pending = found[0] if found else None
-        out.append(summarise(head, head.execution_id in owned, pending))
+        eid = head.execution_id
+        out.append(summarise(head, eid in owned, pending, queued=eid in queued))
     return out
 
 
@@ -109,9 +131,7 @@ async def list_runs(
         raise ValueError(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive int, not {limit!r}")
-    if status == "queued":
-        return []  # nothing is enqueued: queued runs come with the fleet's queue
-    state = "unfinished" if status in ("running", "orphaned") else status
+    state = "unfinished" if status in ("running", "orphaned", "queued") else status
     if state == status:  # the rows alone decide: one read
         return await _summaries(store, await store.heads(runner=runner, state=state, limit=limit))
     found: list[RunSummary] = []

@@ -172,10 +172,12 @@ class RunActor(Actor):
                 return await engine.cancel("max_recoveries", error=error)
             case Spawn(messages=messages):
                 start = [Message.from_dict(m) for m in messages]
-                return await self._owned(ctx, engine, lambda: engine.start(start), refuse=RunExists)
+                return await self._owned(ctx, engine, lambda: engine.start(start), refuse=RunExists, new=True)
             case SpawnFork(base=base, appended=appended):
                 extra = Message.from_dict(appended) if appended is not None else None
-                return await self._owned(ctx, engine, lambda: engine.fork(base, extra), refuse=RunExists)
+                return await self._owned(
+                    ctx, engine, lambda: engine.fork(base, extra), refuse=RunExists, new=True
+                )
             case ResumeRun(resume=resume):
                 return await self._owned(ctx, engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
             case Recover():
@@ -219,9 +221,14 @@ class RunActor(Actor):
         first: Callable[[], Awaitable[Next]],
         *,
         refuse: type[Exception],
+        new: bool = False,
     ) -> RunResult:
-        """Run the activation holding the run's ownership lock; a cancel of it writes the failed marker."""
-        if not await self.store.try_lock(self.execution_id):
+        """Run the activation holding the run's ownership lock; a cancel of it writes the failed marker.
+        A ``new`` run's take is written with its first row where the store can (one transaction less)."""
+        take = self.store.try_lock
+        if new:
+            take = getattr(self.store, "try_lock_with_first_row", take)
+        if not await take(self.execution_id):
             raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
         try:
             self._cancel_reason = None

@@ -41,6 +41,8 @@ _HELD_KEYS: Final = (
 
 #: The ownership statements, with ``{s}`` for the quoted schema.
 OWNER_SQL: Final[dict[str, str]] = {
+    # Runs handed to the fleet and not yet taken (a row naming no owner).
+    "unowned": "SELECT execution_id FROM {s}.run_owners WHERE owner IS NULL AND execution_id = ANY($1::text[])",
     # Take the run unless a live owner other than us is recorded ($2/$3: our owner id and key).
     "take": f"""
 INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since) VALUES ($1, $2, $3, now())

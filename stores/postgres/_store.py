@@ -526,6 +526,11 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         with self._lost():
             return [r[0] for r in await pool.fetch(self._owner_sql["orphans"], limit)]
 
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        pool = await self._ready()
+        with self._lost():
+            return {r[0] for r in await pool.fetch(self._owner_sql["unowned"], list(execution_ids))}
+
     async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
         """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
         own); returns the coroutine function that stops listening."""

@@ -26,13 +26,22 @@ import struct
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from .._errors import StoreUnavailable
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
-from .._owners import Ownership
+from .._owners import Op, Ownership, taken
 
-__all__ = ["WATCH_INTERVAL", "LivenessFile", "orphan_rows", "owned_rows", "release_row", "take_row"]
+__all__ = [
+    "WATCH_INTERVAL",
+    "LivenessFile",
+    "orphan_rows",
+    "owned_rows",
+    "release_row",
+    "ride",
+    "take_row",
+    "unowned_rows",
+]
 
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -202,6 +211,21 @@ def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None
         )
 
 
+def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock: LivenessFile) -> Op:
+    """``op`` in the transaction that takes the run for ``take`` (checked as :func:`take_row` does;
+    refused with :func:`~stores._owners.taken`) and releases it for ``release`` after."""
+
+    def run(conn: sqlite3.Connection) -> Any:
+        if take is not None and not take_row(conn, execution_id, take, lock):
+            raise taken(execution_id)
+        value = op(conn)
+        if release is not None:
+            release_row(conn, execution_id, release)
+        return value
+
+    return run
+
+
 def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
     """Runs whose owner's byte is unlocked (recovery first), then queued runs, oldest first."""
     owners = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM run_owners WHERE owner IS NOT NULL")]
@@ -235,4 +259,20 @@ def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: Liv
         ):
             if lock is not None and lock.alive(owner):
                 found.add(eid)
+    return found
+
+
+def unowned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str]) -> set[str]:
+    """Which of these runs have a ``run_owners`` row naming no owner (handed to the fleet)."""
+    found: set[str] = set()
+    for start in range(0, len(execution_ids), 500):
+        chunk = list(execution_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        found.update(
+            eid
+            for (eid,) in conn.execute(
+                f"SELECT execution_id FROM run_owners WHERE owner IS NULL AND execution_id IN ({marks})",
+                chunk,
+            )
+        )
     return found

@@ -40,10 +40,11 @@ from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._owners import Op
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
-from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, take_row
+from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, ride, take_row, unowned_rows
 from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
@@ -205,7 +206,11 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         await self._ensure()
-        await self._planned(row, lambda plan: self._write(lambda c: self._insert(c, plan)))
+        await self._owning(
+            row.execution_id,
+            row.step_type == RUN_END,
+            lambda ride: self._planned(row, lambda plan: self._write(ride(lambda c: self._insert(c, plan)))),
+        )
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         """Append the interrupted row and the pending row in one transaction."""
@@ -234,7 +239,9 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             return run
 
         await self._ensure()
-        await self._planned(row, lambda plan: self._write(op(plan)))
+        await self._owning(
+            row.execution_id, True, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
+        )
 
     async def claim(self, row: Checkpoint) -> PendingInterrupt:
         """Claim the run's pause: delete its pending row and append ``row``, in one transaction.
@@ -277,7 +284,9 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
 
             return run
 
-        return await self._planned(row, lambda plan: self._write(op(plan)))
+        return await self._owning(
+            eid, False, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
+        )
 
     async def _recall(self, row: Checkpoint) -> None:
         """Load the row's conversation log into memory if a continuing run's log is not known."""
@@ -642,5 +651,13 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         lock = self._liveness
         return await self._read(lambda c: orphan_rows(c, limit, lock))
 
+    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+        return await self._read(lambda c: unowned_rows(c, execution_ids))
+
     def _probe(self) -> None:
         self._liveness.probe()
+
+    _rides = True
+
+    def _ride(self, execution_id: str, op: Op, take: str | None, release: str | None) -> Op:
+        return ride(op, execution_id, take, release, self._liveness)

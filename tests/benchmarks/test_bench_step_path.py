@@ -25,4 +25,12 @@ def test_step_path_benchmark_tiny() -> None:
         lines = re.findall(rf"^{contender}{rate}{rate}$", out, re.MULTILINE)
         assert len(lines) == 2, out
     assert re.search(r"^raw(\s+[\d,]+\s+1\.00x\s+-){2}$", out, re.MULTILINE), out
+    # The spawn row: batches of awaited spawns against batches spawned at once, with their ratio.
+    spawns = re.findall(
+        r"^spawns, 4 runs a batch: 4 awaited spawn calls then awaited [\d,]+ runs/s, 4 spawned at once "
+        r"then awaited [\d,]+ runs/s: \d+\.\d\dx \(>= 0\.8x\): (?:PASS|MISS)$",
+        out,
+        re.MULTILINE,
+    )
+    assert len(spawns) == 2, out
     assert "correctness: ok" in out, out

@@ -52,3 +52,42 @@ async def test_no_replicator_sends_nothing(store_backend: Backend, plane: Plane)
     await store.close()
     await anyio.sleep(0.2)
     assert plane.faults.posts == 0
+
+
+class FlakyStore:
+    """A SQLite store whose outbox read fails once with an unexpected error (a bug, say)."""
+
+    def __init__(self, path: object) -> None:
+        from stores import SQLiteStore
+
+        self.store = SQLiteStore(path)  # type: ignore[arg-type]
+        self.failures = 1
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def fetch_unsynced_stored(self, limit: int) -> object:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("an unexpected failure in the outbox read")
+        return await self.store.fetch_unsynced_stored(limit)
+
+
+async def test_a_crashed_replicator_is_restarted_and_drains(plane: Plane, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from stores.testing import make_row
+
+    flaky = FlakyStore(Path(str(tmp_path)) / "local.db")
+    rows = [make_row("run-f", i) for i in range(3)]
+    for row in rows:
+        await flaky.store.append(row)
+    replicator = Replicator(plane.url, "key-a")
+    async with ActorSystem(flaky, replicator=replicator) as system:  # type: ignore[arg-type]
+
+        async def landed() -> bool:
+            return await synced(flaky.store, rows) == [(True, None)] * 3
+
+        await eventually(landed)
+        assert flaky.failures == 0 and not system.escalations
+    await flaky.store.close()

@@ -148,3 +148,51 @@ async def test_ten_thousand_items_from_eight_concurrent_senders(plane: Plane) ->
             assert await remote.history(rows[0].execution_id) == rows
     finally:
         await remote.close()
+
+
+async def test_tether_plane_serve(tmp_path: Any) -> None:
+    """The command serves the plane (a real child process); a bad key flag is a usage error."""
+    import socket
+    import sys
+
+    from replication import Replicator
+    from stores import SQLiteStore
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"sqlite:///{tmp_path / 'served.db'}"
+    command = [sys.executable, "-m", "tether", "plane", "serve", "--store", base, "--port", str(port)]
+    bad = await anyio.run_process([*command, "--api-key", "k=not a tenant"], check=False)
+    assert bad.returncode == 2 and b"KEY=TENANT" in bad.stderr
+    none = await anyio.run_process(command, check=False)
+    assert none.returncode == 2 and b"at least one --api-key" in none.stderr
+    async with await anyio.open_process([*command, "--api-key", "k1=acme"]) as child:
+        try:
+            url = f"http://127.0.0.1:{port}"
+            async with httpx.AsyncClient(base_url=url) as http:
+                with anyio.fail_after(30):
+                    while True:
+                        try:
+                            if (await http.get("/healthz")).status_code == 200:
+                                break
+                        except httpx.HTTPError:
+                            await anyio.sleep(0.05)
+            local = SQLiteStore(tmp_path / "local.db")
+            rows = [make_row("run-c", i) for i in range(3)]
+            for row in rows:
+                await local.append(row)
+            from actors import ActorSystem
+
+            replicator = Replicator(url, "k1")
+            async with ActorSystem(local, replicator=replicator):
+                await replicator.drain()
+                assert [await local.sync_state(r.checkpoint_id) for r in rows] == [(True, None)] * 3
+            await local.close()
+        finally:
+            child.terminate()
+    remote = SQLiteStore(tmp_path / "served.acme.db")
+    try:
+        assert await remote.history("run-c") == rows
+    finally:
+        await remote.close()

@@ -166,3 +166,18 @@ async def test_a_run_whose_process_died_mid_step_is_orphaned(store_backend: Back
             # The read left the run's ownership free: this process takes it at once.
             assert await store.try_lock("crashed") is True
             await store.unlock("crashed")
+
+
+async def test_an_enqueued_run_is_queued_until_a_sweep_takes_it(store_backend: Backend) -> None:
+    answerer = Agent("answerer", FunctionModel(lambda messages: "forty-two"))
+    store = store_backend.open()
+    with anyio.fail_after(LIMIT):
+        async with store, ActorSystem(store, runners=[answerer]) as system:
+            queued = await system.enqueue(answerer, "q", execution_id="in-queue")
+            summary = await system.status(queued)
+            assert (summary.status, summary.rows, summary.node_id) == ("queued", 1, "turn:0")
+            assert [s.execution_id for s in await system.runs(status="queued")] == ["in-queue"]
+            assert await system.runs(status="orphaned") == [] == await system.runs(status="running")
+            assert await system.sweep() == 1
+            assert (await system.status(queued)).status == "completed"
+            assert await system.runs(status="queued") == []
