@@ -40,21 +40,23 @@ PG_KEYWORDS: Final = frozenset(
 )
 
 
-def keyword_dsn(text: str) -> tuple[str, str | None]:
-    """A libpq keyword string as an equivalent URI (asyncpg reads its keywords from the query)."""
+def keyword_dsn(text: str, *, takes_schema: bool = True) -> tuple[str, str | None]:
+    """A libpq keyword string as an equivalent URI (asyncpg reads its keywords from the query), and
+    its ``schema`` keyword (``takes_schema``: whether the caller accepts one, for the refusal's text)."""
     pairs = _split_keywords(text)
     schema = pairs.pop("schema", None)
     for name in pairs:
         if name not in PG_KEYWORDS:
-            raise InvalidStoreURL(unknown_keyword(name))
+            raise InvalidStoreURL(unknown_keyword(name, takes_schema=takes_schema))
     return "postgresql://?" + urlencode(list(pairs.items())), schema
 
 
-def unknown_keyword(name: str) -> str:
+def unknown_keyword(name: str, *, takes_schema: bool = True) -> str:
     """The refusal of a connection parameter asyncpg does not read (it would be ignored or misread)."""
+    supported = ", ".join(sorted(PG_KEYWORDS))
     return (
-        f"unsupported PostgreSQL connection parameter {name!r}: supported are schema, "
-        f"{', '.join(sorted(PG_KEYWORDS))}"
+        f"unsupported PostgreSQL connection parameter {name!r}: supported are "
+        f"{'schema, ' if takes_schema else ''}{supported}"
     )
 
 

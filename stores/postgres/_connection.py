@@ -122,7 +122,7 @@ def read_dsn(dsn: object) -> str:
     if text.partition("://")[0].lower() in ("postgresql", "postgres"):
         return text
     if "://" not in text and "=" in text:
-        uri, schema = keyword_dsn(text)
+        uri, schema = keyword_dsn(text, takes_schema=False)
         if schema is not None:
             raise InvalidStoreURL(
                 "schema= is not a connection parameter: pass PostgresStore(dsn, schema=...), "

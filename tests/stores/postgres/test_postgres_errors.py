@@ -99,8 +99,9 @@ async def test_a_keyword_dsn_is_read_and_a_bad_keyword_refused_by_name(schema: s
         row = make_row("run-k", 0)
         await store.append(row)
         assert await store.history("run-k") == [row]
-    with pytest.raises(InvalidStoreURL, match="'fallback_application_name'"):
+    with pytest.raises(InvalidStoreURL, match="'fallback_application_name'") as unknown:
         PostgresStore(f"{words} fallback_application_name=x", schema=schema)
+    assert "supported are database, dbname" in str(unknown.value)  # schema= is not one here
     with pytest.raises(InvalidStoreURL, match="schema= is not a connection parameter"):
         PostgresStore(f"{words} schema={schema}", schema=schema)
     with pytest.raises(InvalidStoreURL, match="neither"):
