@@ -10,7 +10,7 @@ a fresh database (SQLite: WAL, ``synchronous=FULL``; PostgreSQL: a fresh schema)
 * throughput: ``--runs`` runs spawned at once in one process, against the same runs enqueued and
   then driven by 2 and 4 worker processes (``system.serve(concurrency=16, poll=0.05)``), timed from
   the workers' start signal until every run has its ``run_end``; runs/s;
-* recovery: 2 workers with a tool that takes 0.5 s; one is SIGKILLed 0.25 s after they start;
+* recovery: 2 workers with a tool that takes 0.5 s; one is SIGKILLed once half the runs are inside their tool;
   the time from the kill to each of its runs' ``recover`` row in the survivor (min, median, max);
 * finding work: with 1,000 and 100,000 resting runs (completed, written straight into the table),
   the median time of an idle ``system.sweep()`` (finding no work) and of ``spawn`` to ``result()``
@@ -40,7 +40,7 @@ import asyncpg
 from actors import ActorSystem, Agent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from benchmarks._common import PG_DSN, median
-from stores import RECOVER, RUN_END, PostgresStore, SQLiteStore, Store
+from stores import RECOVER, RUN_END, TOOL_CALL, PostgresStore, SQLiteStore, Store
 
 TARGET = 1.3
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +104,15 @@ async def _all_ended(store: Store, ids: list[str]) -> bool:
         if newest is None or newest.step_type != RUN_END:
             return False
     return True
+
+
+async def _mid_tool(store: Store, ids: list[str]) -> int:
+    """How many of the runs are inside their tool (their newest row is its ``tool_call`` row)."""
+    count = 0
+    for eid in ids:
+        newest = await store.latest(eid)
+        count += newest is not None and newest.step_type == TOOL_CALL
+    return count
 
 
 async def _verify(store: Store, ids: list[str]) -> None:
@@ -176,7 +185,8 @@ async def recovery(where: Where, runs: int, folder: Path) -> list[float]:
                 assert proc.stdout is not None
                 await proc.stdout.receive()
             go.touch()
-            await anyio.sleep(0.25)  # both workers are mid-tool by now
+            while await _mid_tool(store, ids) < runs // 2:  # noqa: ASYNC110 (the workers write them)
+                await anyio.sleep(0.005)
             procs[0].send_signal(signal.SIGKILL)
             killed = datetime.now(UTC)
             await procs[0].wait()
@@ -193,7 +203,7 @@ async def recovery(where: Where, runs: int, folder: Path) -> list[float]:
             rows = await store.history(eid)
             before = [r for r in rows if r.created_at <= killed]
             after = [r for r in rows if r.step_type == RECOVER and r.created_at > killed]
-            if after and any(r.step_type == RECOVER for r in before) and before[-1].step_type != RUN_END:
+            if after and before and before[-1].step_type == TOOL_CALL:  # mid-tool at the kill
                 times.append((after[0].created_at - killed).total_seconds())
     return sorted(times)
 

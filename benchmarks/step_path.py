@@ -30,7 +30,7 @@ left behind: a peer's background threads, modules or garbage), on a fresh databa
 database), with two warm-up runs before the timed runs; every run is verified afterwards (completed with the expected answer, the tool ran exactly once
 per run, tether: exactly the 4 rows in order; raw: 4 rows per run). Configurations are interleaved
 (rotating order) over ``--rounds`` rounds; the table shows medians and ratios to raw and to
-FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``).
+FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``; 3 rounds).
 """
 
 from __future__ import annotations

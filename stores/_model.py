@@ -100,7 +100,8 @@ class Checkpoint(msgspec.Struct, kw_only=True):
 
 
 class PendingInterrupt(msgspec.Struct, kw_only=True):
-    """A paused run waiting for a human: at most one per ``execution_id``."""
+    """A paused run waiting for a human: at most one per ``execution_id``. ``expires_at``: past it,
+    a sweep resolves the pause as a refusal (``interrupt(..., expires_in=)``); ``None`` never."""
 
     execution_id: str
     reason: str
@@ -108,6 +109,7 @@ class PendingInterrupt(msgspec.Struct, kw_only=True):
     node_id: str = ""
     agent_path: str | None = None
     created_at: datetime = msgspec.field(default_factory=utcnow)
+    expires_at: datetime | None = None
 
 
 class ReEntry(msgspec.Struct, kw_only=True, frozen=True):

@@ -178,6 +178,10 @@ class OwnedStore:
         """Which of these runs name an owner whose liveness lock is held."""
         raise NotImplementedError
 
+    async def _expired_rows(self, limit: int) -> list[str]:
+        """Paused runs whose pending row's ``expires_at`` has passed, soonest first."""
+        raise NotImplementedError
+
     async def _orphan_rows(self, limit: int) -> list[str]:
         """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
         raise NotImplementedError
@@ -283,6 +287,11 @@ class OwnedStore:
         lock. Oldest first, at most ``limit``; never a run a live owner holds."""
         await self._hold()
         return await self._orphan_rows(limit)
+
+    async def expired(self, limit: int = 100) -> list[str]:
+        """Paused runs past the deadline of their pause (``interrupt(..., expires_in=)``), soonest
+        first, at most ``limit``; a sweep claims each as a refusal."""
+        return await self._expired_rows(limit)
 
     async def owned(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs a live owner holds (any process, this one included), read without

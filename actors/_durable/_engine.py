@@ -272,7 +272,7 @@ class RunEngine(Level):
 
     async def _pause(self, row: Checkpoint, signal: PauseSignal) -> PausedSignal:
         """Write the interrupted row and the pending row (one transaction); the run stops there."""
-        return PausedSignal(await self.rows.pause(row, signal.reason, signal.context))
+        return PausedSignal(await self.rows.pause(row, signal.reason, signal.context, signal.expires_in))
 
     # -- re-entry ---------------------------------------------------------------------------------
 

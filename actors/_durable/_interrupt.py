@@ -11,6 +11,7 @@ cancellation, it is meant to pass through user code; do not catch it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from stores import decode_json as decode
@@ -28,16 +29,19 @@ class PauseSignal(BaseException):
     Internal: the run catches it. It is a ``BaseException`` so ``except Exception`` in a tool lets it through.
     """
 
-    def __init__(self, reason: str, context: dict[str, Any]) -> None:
+    def __init__(self, reason: str, context: dict[str, Any], expires_in: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.context = context
+        self.expires_in = expires_in
 
     def __str__(self) -> str:
         return f"interrupt({self.reason!r}): the run pauses here (uncaught outside a run)"
 
 
-def interrupt(reason: str, context: dict[str, Any] | None = None) -> Resume:
+def interrupt(
+    reason: str, context: dict[str, Any] | None = None, *, expires_in: float | timedelta | None = None
+) -> Resume:
     """Pause the run for a human decision, or return that decision when the run is resumed.
 
     Call it from inside a tool (sync or async). ``context`` (JSON) is what the approver sees; it is
@@ -46,6 +50,10 @@ def interrupt(reason: str, context: dict[str, Any] | None = None) -> Resume:
 
     On resume the whole tool runs again and every ``interrupt()`` in it returns the same
     :class:`Resume`; so put side effects before the pause behind ``@idempotent``.
+
+    ``expires_in`` (seconds, or a ``timedelta``): a pause still waiting that long after it was
+    written is resolved by a fleet sweep as ``Resume(approved=False, metadata={"expired": True})``,
+    claimed exactly once like any decision.
     """
     resume = current_resume()
     if resume is not None:
@@ -56,6 +64,11 @@ def interrupt(reason: str, context: dict[str, Any] | None = None) -> Resume:
         context = {}
     if not isinstance(context, dict):
         raise TypeError(f"interrupt() context must be a dict, not {type(context).__name__}")
+    seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 1e9
+    ):
+        raise ValueError(f"interrupt() expires_in must be a positive number of seconds, not {expires_in!r}")
     frozen: dict[str, Any] = decode(encode(context, path="$.context"))
     encode(reason, path="$.reason")
-    raise PauseSignal(reason, frozen)
+    raise PauseSignal(reason, frozen, None if seconds is None else float(seconds))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -209,8 +210,11 @@ class RunLog:
         await self.store.claim(row)
         self.log.step(row)
 
-    async def pause(self, row: Checkpoint, reason: str, context: dict[str, Any]) -> PendingInterrupt:
-        """Write the ``hitl_pause`` row of the step ``row`` and its pending row in one transaction."""
+    async def pause(
+        self, row: Checkpoint, reason: str, context: dict[str, Any], expires_in: float | None = None
+    ) -> PendingInterrupt:
+        """Write the ``hitl_pause`` row of the step ``row`` and its pending row in one transaction
+        (the pending row expires ``expires_in`` seconds after the pause, if given)."""
         pause = msgspec.structs.replace(
             row,
             state_snapshot={**row.state_snapshot, TOOL_SEQ: step_seq(row)},
@@ -229,6 +233,7 @@ class RunLog:
             node_id=row.node_id,
             agent_path=row.agent_path,
             created_at=pause.created_at,
+            expires_at=None if expires_in is None else pause.created_at + timedelta(seconds=expires_in),
         )
         await self.store.append_pause(pause, pending)
         self.log.step(pause)

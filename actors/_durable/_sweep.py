@@ -58,6 +58,8 @@ __all__ = ["DEFAULT_MAX_RECOVERIES", "Fleet"]
 DEFAULT_MAX_RECOVERIES = 5
 
 _log = tether_logger()
+#: The decision an expired pause gets.
+_EXPIRED = Resume(approved=False, metadata={"expired": True})
 #: Bound on releasing a run after writing it (shielded; seconds).
 _RELEASE_TIMEOUT = 5.0
 
@@ -155,9 +157,24 @@ class Fleet:
                 taken += 1
 
         async with anyio.create_task_group() as tg:
+            for execution_id in await self._expire(store, limit):
+                tg.start_soon(take, execution_id)
             for execution_id in await store.orphans(limit):
                 tg.start_soon(take, execution_id)
         return taken
+
+    async def _expire(self, store: Any, limit: int) -> list[str]:
+        """Claim each expired pause as a refusal (exactly once, like any claim); the runs claimed
+        here, which are then the fleet's to drive."""
+        claimed = []
+        for execution_id in await store.expired(limit):
+            try:
+                await self.claim(execution_id, _EXPIRED)
+            except (AlreadyResumed, RunNotFound):
+                continue  # another sweep or a human decided first
+            _log.info("pause expired", execution_id=execution_id)
+            claimed.append(execution_id)
+        return claimed
 
     async def serve(self, *, concurrency: int = 16, poll: float = 1.0) -> None:
         """Sweep until cancelled, at most ``concurrency`` runs at once; new work wakes it at once on
@@ -191,6 +208,7 @@ class Fleet:
                     wake = anyio.Event()
                     room = concurrency - len(in_flight)
                     if room > 0:
+                        await self._expire(store, room)
                         for execution_id in await store.orphans(room + len(in_flight)):
                             if execution_id not in in_flight and len(in_flight) < concurrency:
                                 in_flight.add(execution_id)

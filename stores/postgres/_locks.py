@@ -79,6 +79,8 @@ SELECT execution_id FROM (
     "owned": f"""
 SELECT execution_id FROM {{s}}.run_owners
 WHERE execution_id = ANY($1::text[]) AND owner_key IN ({_HELD_KEYS})""",
+    "expired": """
+SELECT execution_id FROM {s}.pending_interrupts WHERE expires_at <= now() ORDER BY expires_at LIMIT $1""",
     "owner_pid": """
 SELECT l.pid FROM {s}.run_owners o JOIN pg_locks l
   ON l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted

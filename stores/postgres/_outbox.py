@@ -183,6 +183,7 @@ class Outbox:
                             pending.node_id,
                             pending.agent_path,
                             pending.created_at,
+                            pending.expires_at,
                         )
             return len(plans)
         finally:

@@ -62,6 +62,7 @@ def pending_of(rec: asyncpg.Record) -> PendingInterrupt:
         node_id=rec["node_id"],
         agent_path=rec["agent_path"],
         created_at=rec["created_at"],
+        expires_at=rec["expires_at"],
     )
 
 

@@ -42,7 +42,7 @@ _LOG_ONCE: Final = (
     "CASE WHEN c.log_id IS NOT NULL AND row_number() OVER "
     "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
 )
-_PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+_PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at, expires_at"
 # A row or cache entry prune may delete: sent, or the store was never attached to a replicator.
 _SENT: Final = "(synced OR NOT EXISTS (SELECT 1 FROM {s}.replica))"
 # Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
@@ -77,7 +77,7 @@ WITH r AS (
     RETURNING execution_id
 ),
 q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
-      SELECT r.execution_id, $22, $23, $24, $25, $26 FROM r)
+      SELECT r.execution_id, $22, $23, $24, $25, $26, $27 FROM r)
 SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
     "claim": f"""
 WITH d AS (
@@ -87,7 +87,7 @@ WITH d AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES} FROM d
     RETURNING execution_id
 )
-SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at,
+SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_at, d.expires_at,
        EXISTS (SELECT 1 FROM {{s}}.pending_interrupts x WHERE x.execution_id = $2) AS was_pending,
        EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known,
        (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS noticed
@@ -178,7 +178,7 @@ SELECT (SELECT value FROM found) AS value, EXISTS (SELECT 1 FROM ins) AS recorde
     "import_cache": "INSERT INTO {s}.idempotency_cache (execution_id, key, value, created_at, synced) "
     "SELECT $1, k, v, t, true FROM unnest($2::text[], $3::json[], $4::timestamptz[]) AS u(k, v, t) "
     "ON CONFLICT DO NOTHING",
-    "import_pending": f"INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS}) VALUES ($1, $2, $3, $4, $5, $6)",
+    "import_pending": f"INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     "existing_ids": "SELECT checkpoint_id FROM {s}.checkpoints WHERE checkpoint_id = ANY($1::text[])",
     # prune: the skeleton (stores._prune.PruneRow) of every run that has something older than $1.
     "prune_skeleton": f"""

@@ -168,6 +168,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             pending.node_id,
             pending.agent_path,
             pending.created_at,
+            pending.expires_at,
         )
         await self._write_planned("pause", row, None, extra)
 
@@ -514,6 +515,11 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         pool = await self._ready()
         with self._lost():
             return {r[0] for r in await pool.fetch(self._owner_sql["owned"], list(execution_ids))}
+
+    async def _expired_rows(self, limit: int) -> list[str]:
+        pool = await self._ready()
+        with self._lost():
+            return [r[0] for r in await pool.fetch(self._owner_sql["expired"], limit)]
 
     async def _orphan_rows(self, limit: int) -> list[str]:
         pool = await self._ready()

@@ -35,6 +35,7 @@ from .._owners import Op, Ownership, taken
 __all__ = [
     "WATCH_INTERVAL",
     "LivenessFile",
+    "expired_rows",
     "orphan_rows",
     "owned_rows",
     "release_row",
@@ -276,3 +277,13 @@ def unowned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str]) -> set[
             )
         )
     return found
+
+
+def expired_rows(conn: sqlite3.Connection, now: str, limit: int) -> list[str]:
+    """Paused runs whose pending row expired at or before ``now``, soonest first."""
+    found = conn.execute(
+        "SELECT execution_id FROM pending_interrupts WHERE expires_at IS NOT NULL AND expires_at <= ? "
+        "ORDER BY expires_at LIMIT ?",
+        (now, limit),
+    )
+    return [eid for (eid,) in found]

@@ -128,6 +128,7 @@ class Replica:
                 pending.node_id,
                 pending.agent_path,
                 ts(pending.created_at),
+                None if pending.expires_at is None else ts(pending.expires_at),
             )
         self._logs.forget(execution_id)
         try:
@@ -148,7 +149,8 @@ class Replica:
                 )
                 if pend is not None:
                     conn.execute(
-                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", pend
+                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        pend,
                     )
                 return len(plans)
 

@@ -57,7 +57,7 @@ _LOG_CHUNKS: Final = (
     "SELECT message_count, new_messages FROM checkpoints WHERE execution_id = ? AND log_id = ? "
     "AND new_messages IS NOT NULL ORDER BY seq"
 )
-PENDING_COLUMNS: Final = "execution_id, reason, context, node_id, agent_path, created_at"
+PENDING_COLUMNS: Final = "execution_id, reason, context, node_id, agent_path, created_at, expires_at"
 _PRUNE_CANDIDATES: Final = (
     "SELECT DISTINCT execution_id FROM checkpoints WHERE created_at < ? "
     "UNION SELECT DISTINCT execution_id FROM idempotency_cache WHERE created_at < ?"
@@ -128,6 +128,7 @@ def pending_of(found: Sequence[Any]) -> PendingInterrupt:
         node_id=found[3],
         agent_path=found[4],
         created_at=dt(found[5]),
+        expires_at=None if found[6] is None else dt(found[6]),
     )
 
 

@@ -40,11 +40,11 @@ from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
-from .._owners import Op
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
-from ._locks import LivenessFile, orphan_rows, owned_rows, release_row, ride, take_row, unowned_rows
+from ._locks import LivenessFile
+from ._owners import FileOwners
 from ._replica import Replica
 from ._rows import (
     INSERT_ROW,
@@ -73,7 +73,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(BaseStore, GroupCommit, Replica):
+class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -222,6 +222,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
             pending.node_id,
             pending.agent_path,
             ts(pending.created_at),
+            None if pending.expires_at is None else ts(pending.expires_at),
         )
 
         def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
@@ -229,7 +230,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
                 self._insert(conn, plan)
                 try:
                     conn.execute(
-                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         values,
                     )
                 except sqlite3.IntegrityError as exc:
@@ -613,37 +614,3 @@ class SQLiteStore(BaseStore, GroupCommit, Replica):
         finally:
             for eid in runs:
                 self._logs.forget(eid)
-
-    # ------------------------------------------------------------------ ownership (stores._owners)
-
-    async def _hold(self) -> str:
-        self._refuse_closed()
-        await self._ensure()
-        return self._liveness.hold()
-
-    async def _take_row(self, execution_id: str, owner: str) -> bool:
-        lock = self._liveness
-        return await self._write(lambda c: take_row(c, execution_id, owner, lock))
-
-    async def _release_row(self, execution_id: str, owner: str) -> None:
-        await self._write(lambda c: release_row(c, execution_id, owner))
-
-    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
-        await self._hold()
-        lock = self._liveness
-        return await self._read(lambda c: owned_rows(c, execution_ids, lock))
-
-    async def _orphan_rows(self, limit: int) -> list[str]:
-        lock = self._liveness
-        return await self._read(lambda c: orphan_rows(c, limit, lock))
-
-    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
-        return await self._read(lambda c: unowned_rows(c, execution_ids))
-
-    def _probe(self) -> None:
-        self._liveness.probe()
-
-    _rides = True
-
-    def _ride(self, execution_id: str, op: Op, take: str | None, release: str | None) -> Op:
-        return ride(op, execution_id, take, release, self._liveness)

@@ -1,11 +1,16 @@
-"""The run ownership lock."""
+"""The run ownership lock, and what the fleet reads of it (orphans, expired pauses)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 import pytest
 
+from .._model import utcnow
 from .._protocol import Store
 from ._base import ConformanceBase
+from ._factories import make_pending, make_row, pause_row, run_end_row
 
 __all__ = ["LockTests"]
 
@@ -39,3 +44,47 @@ class LockTests(ConformanceBase):
             assert await store.try_lock("run-a") is False
             await self.close_store(holder)
             assert await store.try_lock("run-a") is True
+
+    # -- the fleet: orphans and expired pauses -------------------------------------------------------
+
+    async def test_orphans_are_runs_of_dead_owners_and_queued_runs(self, store: Store) -> None:
+        with self.bounded():
+            if not callable(getattr(store, "orphans", None)):
+                pytest.skip("this store does not record run ownership")
+            dying = await self.open_store()
+            for eid in ("mid-step", "rested", "queued"):
+                assert await dying.try_lock(eid)
+                await dying.append(make_row(eid, 0))
+            await dying.append(run_end_row("rested", 1))
+            await dying.unlock("rested")  # rested: no one's
+            await dying.unlock("queued")  # released mid-step: the fleet's
+            assert await store.try_lock("live")  # this store lives: never an orphan
+            await store.append(make_row("live", 0))
+            fleet: Any = store
+            found = fleet.orphans
+            assert await found() == ["queued"]
+            await self.close_store(dying)  # its owner dies with "mid-step" held
+            assert await found() == ["mid-step", "queued"]  # dead owners' runs first
+            assert await found(limit=1) == ["mid-step"]
+            assert await store.try_lock("mid-step") and await store.try_lock("queued")
+            assert await found() == []
+
+    async def test_expired_lists_pauses_past_their_deadline(self, store: Store) -> None:
+        with self.bounded():
+            if not callable(getattr(store, "expired", None)):
+                pytest.skip("this store does not list expired pauses")
+            now = utcnow()
+            for eid, expires in (
+                ("soon", now - timedelta(seconds=1)),
+                ("later", now + timedelta(hours=1)),
+                ("never", None),
+            ):
+                pause = pause_row(eid, 0)
+                pending = make_pending(eid, pause)
+                pending.expires_at = expires
+                await store.append_pause(pause, pending)
+            fleet: Any = store
+            found = fleet.expired
+            assert await found() == ["soon"]
+            stored = {p.execution_id: p.expires_at for p in await store.pending()}
+            assert stored["soon"] == now - timedelta(seconds=1) and stored["never"] is None

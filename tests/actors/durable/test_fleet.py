@@ -18,7 +18,7 @@ from stores import RECOVER, AlreadyResumed, Checkpoint, new_id
 pytestmark = pytest.mark.anyio
 
 
-def _agent(charges: list[str], *, approve: bool = False) -> Agent:
+def _agent(charges: list[str], *, approve: bool = False, expires_in: float | None = None) -> Agent:
     @idempotent
     async def charge(order: str) -> str:
         charges.append(order)
@@ -28,9 +28,9 @@ def _agent(charges: list[str], *, approve: bool = False) -> Agent:
     async def refund(order: str) -> str:
         """Refund an order (asking first when ``approve``)."""
         if approve:
-            decision = interrupt("approve the refund?", {"order": order})
+            decision = interrupt("approve the refund?", {"order": order}, expires_in=expires_in)
             if not decision.approved:
-                return f"refused by {decision.metadata.get('approver')}"
+                return f"refused by {decision.metadata.get('approver', decision.metadata)}"
         return await charge(order)
 
     def model(messages: list[Message]) -> str | ModelReply:
@@ -147,6 +147,39 @@ async def test_a_run_recovered_too_often_without_a_step_gets_the_failed_marker(
         assert history[-1].state_snapshot["run_reason"] == "max_recoveries"
         assert await system.sweep() == 0
     assert charges == []
+
+
+async def test_an_expired_pause_is_refused_exactly_once(store_backend: Backend) -> None:
+    charges: list[str] = []
+    runner = _agent(charges, approve=True, expires_in=0.3)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        paused = await (await system.spawn(runner, "o9")).result(timeout=10)
+        assert paused.pending is not None and paused.pending.expires_at is not None
+        assert (paused.pending.expires_at - paused.pending.created_at).total_seconds() == 0.3
+        assert (await system.pending())[0].expires_at == paused.pending.expires_at
+        assert await system.sweep() == 0  # not yet
+        await anyio.sleep(0.4)
+        other_store = store_backend.open()
+        async with other_store, ActorSystem(other_store, runners=[runner]) as other:
+            with anyio.fail_after(30):
+                taken = [0, 0]
+
+                async def sweep(i: int, sweeper: ActorSystem) -> None:
+                    taken[i] = await sweeper.sweep()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(sweep, 0, system)
+                    tg.start_soon(sweep, 1, other)
+        assert sorted(taken) == [0, 1]
+        result = await system.ref(paused.execution_id).result()
+        assert result.output == "done: refused by {'expired': True}"
+        rows = await system.history(paused.execution_id)
+        assert [r.step_type for r in rows].count("resume") == 1
+        with pytest.raises(AlreadyResumed):
+            await system.resume(paused.execution_id, Resume(approved=True))
+    assert charges == []
+    with pytest.raises(ValueError, match="expires_in"):
+        interrupt("x", expires_in=0)
 
 
 async def test_sweep_and_serve_refuse_bad_arguments(tmp_path: Path) -> None:
