@@ -13,7 +13,7 @@ import anyio
 import pytest
 from conftest import Backend
 
-from stores import Checkpoint, Store
+from stores import Checkpoint, PendingInterrupt, RunExists, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -77,17 +77,75 @@ async def test_the_sweep_finds_every_dead_owners_runs_before_the_queue(store_bac
         await store.close()
 
 
-async def test_owned_reads_past_500_ids(store_backend: Backend) -> None:
-    ids = [f"run-{i:04d}" for i in range(1001)]
-    taken = [ids[0], ids[499], ids[500], ids[999], ids[1000]]
+async def test_owned_and_unowned_read_past_500_ids(store_backend: Backend) -> None:
+    ids = [f"run-{i:04d}" for i in range(1002)]
+    held = [ids[0], ids[500], ids[1000]]  # the first of a chunk, or of no chunk if they were 501
+    queued = [ids[499], ids[501], ids[1001]]
     store: Store = store_backend.open()
     await store.setup()
     try:
         with anyio.fail_after(LIMIT):
-            for run in taken:
+            for run in held + queued:
                 assert await store.try_lock(run)
                 await store.append(first_row(run))
-            assert await store.owned(ids) == set(taken)
-            assert await store.owned(ids[::-1]) == set(taken)
+            for run in queued:
+                await store.unlock(run)  # left mid-step: handed to the fleet
+            for order in (ids, ids[::-1]):
+                assert await store.owned(order) == set(held)
+                assert await store.unowned(order) == set(queued)
     finally:
+        await store.close()
+
+
+async def test_a_first_row_records_the_take_and_a_pause_rests_the_run(store_backend: Backend) -> None:
+    """The take of a run created with its first row is written by that row; a pause deletes it."""
+    store: Store = store_backend.open()
+    other: Store = store_backend.open()  # another owner id
+    await store.setup()
+    await other.setup()
+    try:
+        with anyio.fail_after(LIMIT):
+            assert await store.try_lock_with_first_row("r")
+            await store.append(first_row("r"))
+            assert await other.owned(["r"]) == {"r"} and await other.unowned(["r"]) == set()
+            assert not await other.try_lock("r")
+            took = await other.try_lock_with_first_row("r")
+            if store_backend.name == "sqlite":  # SQLite checks the take in the first row's write
+                assert took
+                with pytest.raises(RunExists) as caught:
+                    await other.append(first_row("r"))
+                assert str(caught.value) == "run 'r' is owned by another live process or actor"
+                await other.unlock("r")
+            else:  # PostgreSQL checks it at once
+                assert not took
+            pause = Checkpoint(
+                execution_id="r",
+                seq=1,
+                runner="a",
+                node_id="turn:1",
+                step_type="hitl_pause",
+                status="interrupted",
+                state_snapshot={},
+            )
+            await store.append_pause(pause, PendingInterrupt(execution_id="r", reason="approve?"))
+            await store.unlock("r")  # (SQLite deleted the take with the pause row already)
+            # A paused run rests: no one's, not handed to the fleet, not an orphan.
+            assert await other.owned(["r"]) == set() and await other.unowned(["r"]) == set()
+            assert await other.orphans() == []
+            assert await store.try_lock("s")
+            await store.append(first_row("s"))
+            step = Checkpoint(
+                execution_id="s",
+                seq=1,
+                runner="a",
+                node_id="turn:0/tool:t",
+                step_type="tool_call",
+                status="interrupted",
+                state_snapshot={},
+            )
+            await store.append(step)
+            await store.unlock("s")  # an interrupted tool step does not rest: the fleet takes it
+            assert await other.unowned(["s"]) == {"s"} and await other.orphans() == ["s"]
+    finally:
+        await other.close()
         await store.close()

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from stores import OwnershipLost, SQLiteStore, StoreUnavailable
+from stores.sqlite._locks import WATCH_INTERVAL
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +24,7 @@ LIMIT = 30.0
 
 async def _lost_within(lost: list[list[str]], count: int) -> None:
     """Wait (bounded) with no store call until the listener has heard ``count`` losses."""
-    with anyio.fail_after(LIMIT):
+    with anyio.fail_after(50 * WATCH_INTERVAL):
         while len(lost) < count:  # noqa: ASYNC110 (a plain list listener, read as the test's probe)
             await anyio.sleep(0.02)
 
@@ -51,7 +52,9 @@ async def test_the_watcher_loses_a_replaced_lock_file_with_no_store_call(
             await _lost_within(lost, 1)
         assert lost == [["r"]]
         assert f"its lock file {store.lock_path!r} was removed or replaced" in caplog.text
-        # A fresh owner id takes the next run; the same watcher keeps looking.
+        # The watcher looks a few times while no owner id is held; then a fresh owner id takes the
+        # next run, and the same watcher keeps looking.
+        await anyio.sleep(5 * WATCH_INTERVAL)
         assert await store.try_lock("s")
         _replace(store.lock_path)
         await _lost_within(lost, 2)
