@@ -262,3 +262,37 @@ async def test_refusals_name_what_was_wrong(tmp_path: Path) -> None:
         await store.close()
     assert str(not_str.value).endswith("must return a str, not int")
     assert "charge" in str(not_str.value)
+
+
+async def test_one_run_id_in_two_stores_is_two_caches_even_at_once(tmp_path: Path) -> None:
+    """A run copied into a second store (same ``execution_id``) keeps its own cache there: concurrent
+    calls of one key in the two stores do not wait for each other's result."""
+    from stores import SQLiteStore
+
+    bodies: list[str] = []
+
+    @idempotent(key=lambda where: "k")
+    async def stamp(where: str) -> str:
+        bodies.append(where)
+        await anyio.sleep(0.05)  # both calls are in flight together
+        return where
+
+    stores = [SQLiteStore(tmp_path / "one.db"), SQLiteStore(tmp_path / "two.db")]
+    results: dict[str, str] = {}
+
+    async def call(store: SQLiteStore, where: str) -> None:
+        with bind_run("run-x", store=store):
+            results[where] = await stamp(where)
+
+    try:
+        for store in stores:
+            await store.setup()
+        with anyio.fail_after(LIMIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, stores[0], "one")
+                tg.start_soon(call, stores[1], "two")
+    finally:
+        for store in stores:
+            await store.close()
+    assert results == {"one": "one", "two": "two"}
+    assert sorted(bodies) == ["one", "two"]
