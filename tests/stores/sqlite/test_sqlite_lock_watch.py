@@ -124,3 +124,31 @@ async def test_a_lock_file_locked_by_another_process_is_a_clear_error(tmp_path: 
         assert await store.try_lock("r")  # the holder is gone: the lock is taken
     finally:
         await store.close()
+
+
+async def test_a_forked_child_does_not_keep_the_parents_lock(tmp_path: Path) -> None:
+    """The child closes its copy of the lock descriptor at fork: once the parent's store closes,
+    another store takes the run although the child still lives."""
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+    other = SQLiteStore(path)
+    release_read, release_write = os.pipe()
+    try:
+        assert await store.try_lock("r")
+        pid = os.fork()
+        if pid == 0:  # the child: waits for the parent's word, touches nothing else
+            os.read(release_read, 1)
+            os._exit(0)
+        try:
+            await store.close()
+            assert await other.try_lock("r")  # the child lives; its copy of the lock is gone
+        finally:
+            os.write(release_write, b"x")
+            with anyio.fail_after(LIMIT):
+                while os.waitpid(pid, os.WNOHANG) == (0, 0):  # noqa: ASYNC110, ASYNC222 (WNOHANG: no wait)
+                    await anyio.sleep(0.01)
+    finally:
+        os.close(release_read)
+        os.close(release_write)
+        await other.close()
+        await store.close()
