@@ -152,3 +152,22 @@ async def test_a_forked_child_does_not_keep_the_parents_lock(tmp_path: Path) -> 
         os.close(release_write)
         await other.close()
         await store.close()
+
+
+async def test_the_watcher_keeps_looking_through_a_path_it_cannot_stat(tmp_path: Path) -> None:
+    """A stat error other than a missing file (here a symlink loop) does not stop the watcher: once
+    the path is a plain replaced file again, the loss is seen with no store call."""
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        assert await store.try_lock("r")
+        lost: list[list[str]] = []
+        store.on_ownership_lost(lost.append)
+        loop = store.lock_path + ".loop"
+        os.symlink(store.lock_path, loop)  # once at the path, stat() of it raises ELOOP
+        os.replace(loop, store.lock_path)
+        await anyio.sleep(5 * WATCH_INTERVAL)  # the watcher looks a few times
+        _replace(store.lock_path)
+        await _lost_within(lost, 1)
+        assert lost == [["r"]]
+    finally:
+        await store.close()
