@@ -187,10 +187,11 @@ class ActorSystem:
         has the runner for, and drive it until it pauses, completes or fails; returns how many."""
         return await self._fleet.sweep(limit=limit)
 
-    async def serve(self, *, concurrency: int = 16, poll: float = 1.0) -> None:
+    async def serve(self, *, concurrency: int = 16, poll: float = 1.0, shutdown_grace: float = 10.0) -> None:
         """Run sweeps until cancelled, at most ``concurrency`` runs at once, woken by new work
-        (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds."""
-        await self._fleet.serve(concurrency=concurrency, poll=poll)
+        (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds. Cancelled, it gives the runs it took
+        ``shutdown_grace`` seconds to reach their next row, then hands them to the fleet."""
+        await self._fleet.serve(concurrency=concurrency, poll=poll, shutdown_grace=shutdown_grace)
 
     async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
         """Claim the run's pause with ``resume`` without driving it (no runner needed): the fleet

@@ -72,6 +72,7 @@ class RunActor(Actor):
         self._scope: anyio.CancelScope | None = None
         self._cancel_reason: str | None = None
         self._abandoned = False
+        self._released = False
         self._deferred: deque[Request] = deque()
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -101,6 +102,27 @@ class RunActor(Actor):
         self._abandoned = True
         if self._scope is not None:
             self._scope.cancel()
+
+    def release(self, *, now: bool = False) -> None:
+        """Hand the run to the fleet: the activation stops once its step in flight has written its
+        next row (``now``: at once, mid-step), writing nothing more, and its ownership is released
+        for any sweep to take (a worker that shuts down)."""
+        self._released = True
+        if now and self._scope is not None:
+            self._scope.cancel()
+
+    async def _stop_if_released(self) -> None:
+        """After a row: a run handed to the fleet stops here (its step in flight has its row)."""
+        if self._released and self._scope is not None:
+            self._scope.cancel()
+            await anyio.lowlevel.checkpoint()
+
+    def _refuse_released(self) -> None:
+        if self._released:
+            raise ActorStopped(
+                f"run {self.execution_id!r} was handed to the fleet (its worker stopped serving); a "
+                "sweep of any worker goes on with it from its newest row"
+            )
 
     def _refuse_abandoned(self) -> None:
         if self._abandoned:
@@ -160,6 +182,7 @@ class RunActor(Actor):
             runner=self.runner.name,
             log=self._log,
             on_first_row=request.reply.started.set,
+            after_row=self._stop_if_released,
         )
         engine = level_of(self.runner, rows, self.runner.label, self.runner)
         message: RunMessage = request.message
@@ -238,6 +261,7 @@ class RunActor(Actor):
                 result = await self._steps(ctx, engine, first)
             self._scope = None
             self._refuse_abandoned()
+            self._refuse_released()
             if scope.cancelled_caught:
                 return await engine.cancel(self._cancel_reason or "cancelled")
             return result

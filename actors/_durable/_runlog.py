@@ -10,7 +10,7 @@ or transcripts, so the agent engine and the topologies write through the same co
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -110,10 +110,21 @@ class RunLog:
     """The rows of one activation of one run: the next ``seq`` and the four kinds of write.
 
     ``on_first_row`` is called once, after the first row this activation appended (``spawn`` waits on
-    it to know the run owns its id).
+    it to know the run owns its id); ``after_row`` is awaited after every step row appended (it may
+    cancel the activation there: a run handed to the fleet stops once its step in flight has its row).
     """
 
-    __slots__ = ("_next_seq", "_on_first_row", "execution_id", "hops", "log", "runner", "shared", "store")
+    __slots__ = (
+        "_after_row",
+        "_next_seq",
+        "_on_first_row",
+        "execution_id",
+        "hops",
+        "log",
+        "runner",
+        "shared",
+        "store",
+    )
 
     def __init__(
         self,
@@ -123,6 +134,7 @@ class RunLog:
         runner: str,
         log: StepLog,
         on_first_row: Callable[[], object] | None = None,
+        after_row: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.execution_id = execution_id
@@ -130,6 +142,7 @@ class RunLog:
         self.log = log
         self._next_seq = 0
         self._on_first_row = on_first_row
+        self._after_row = after_row
         #: The run's ``shared`` dict (``current_run().shared``): every step row written while it is
         #: not empty carries a copy, so a re-entered step reads it back as it was at its row.
         self.shared: dict[str, Any] = {}
@@ -203,6 +216,8 @@ class RunLog:
         if self._on_first_row is not None:
             notify, self._on_first_row = self._on_first_row, None
             notify()
+        if self._after_row is not None:
+            await self._after_row()
 
     async def claim(self, row: Checkpoint) -> None:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``

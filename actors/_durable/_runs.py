@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RunRef", "Runs"]
 
+#: Bound on the clean-up of runs stopped mid-step by :meth:`Runs.release` (their ownership release).
+_RELEASE_CLEANUP = 10.0
+
 
 class RunRef:
     """A handle on one run: send it messages, wait for how it stands, follow its events.
@@ -290,6 +293,22 @@ class Runs:
         if runner is None:
             raise RunnerNotFound(name, execution_id=execution_id)
         return runner
+
+    async def release(self, execution_ids: Iterable[str], *, grace: float) -> None:
+        """Hand these runs (those live here) to the fleet: each stops before its next step, and one
+        still mid-step after ``grace`` seconds stops there; nothing is written for them. Waits (polling
+        every 10 ms) at most ``grace`` plus the bound of their clean-up."""
+        actors = [actor for eid in execution_ids if (actor := self._live.get(eid)) is not None]
+        for actor in actors:
+            actor.release()
+        with anyio.move_on_after(grace):
+            while any(actor.busy for actor in actors):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        for actor in actors:
+            actor.release(now=True)
+        with anyio.move_on_after(_RELEASE_CLEANUP):
+            while any(actor.busy for actor in actors):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
 
     def _abandon(self, execution_ids: list[str]) -> None:
         """The store lost its liveness lock: stop every run of these that is live here, writing nothing."""

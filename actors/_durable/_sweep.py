@@ -176,16 +176,21 @@ class Fleet:
             claimed.append(execution_id)
         return claimed
 
-    async def serve(self, *, concurrency: int = 16, poll: float = 1.0) -> None:
+    async def serve(self, *, concurrency: int = 16, poll: float = 1.0, shutdown_grace: float = 10.0) -> None:
         """Sweep until cancelled, at most ``concurrency`` runs at once; new work wakes it at once on
         PostgreSQL (``LISTEN``/``NOTIFY``), and it looks every ``poll`` seconds in any case. Cancelling
-        it stops taking work; runs it took go on in the system until they reach a resting row."""
+        it stops taking work and gives the runs it took ``shutdown_grace`` seconds to reach their next
+        row; then each is handed to the fleet (stopped, nothing written, its ownership released) for
+        any worker's sweep to go on with."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an int of at least 1, not {concurrency!r}")
         if not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
+        if not shutdown_grace >= 0:
+            raise ValueError(f"shutdown_grace must be a number of seconds >= 0, not {shutdown_grace!r}")
         store = _fleet_store(await self._store())
         in_flight: set[str] = set()
+        driving: set[str] = set()  # the runs taken by this serve and still driven
         wake = anyio.Event()
 
         def woken() -> object:
@@ -203,6 +208,7 @@ class Fleet:
                     finally:
                         in_flight.discard(execution_id)
                         wake.set()
+                    driving.discard(execution_id)  # not reached when serve is cancelled
 
                 while True:
                     wake = anyio.Event()
@@ -212,12 +218,17 @@ class Fleet:
                         for execution_id in await store.orphans(room + len(in_flight)):
                             if execution_id not in in_flight and len(in_flight) < concurrency:
                                 in_flight.add(execution_id)
+                                driving.add(execution_id)
                                 tg.start_soon(drive, execution_id)
                     with anyio.move_on_after(poll):
                         await wake.wait()
         finally:
-            if stop is not None:
-                await stop()
+            with anyio.CancelScope(shield=True):
+                if driving:
+                    await self._runs.release(sorted(driving), grace=shutdown_grace)
+                    _log.info("runs handed to the fleet", runs=sorted(driving))
+                if stop is not None:
+                    await stop()
 
     async def _take(self, store: Any, execution_id: str) -> bool:
         """Take one orphan and drive it; ``False`` when it was not taken (another process has it, this

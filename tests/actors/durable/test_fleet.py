@@ -193,3 +193,73 @@ async def test_sweep_and_serve_refuse_bad_arguments(tmp_path: Path) -> None:
             await system.serve(poll=0)
         with pytest.raises(TypeError, match="Resume"):
             await system.claim("r", {"approved": True})  # type: ignore[arg-type]
+
+
+def _waiting_agent(release: anyio.Event, started: list[str]) -> Agent:
+    @tool
+    async def slow(order: str) -> str:
+        """Work on an order until the test lets it finish."""
+        started.append(order)
+        await release.wait()
+        return f"done {order}"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"answer: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("slow", {"order": messages[-1].content})])
+
+    return Agent("grace-agent", FunctionModel(model), tools=[slow])
+
+
+async def _serve_until_started(system: ActorSystem, started: list[str], grace: float) -> float:
+    """Serve until a tool started, then cancel serve; how long the cancelled serve took to return."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: system.serve(concurrency=2, poll=0.05, shutdown_grace=grace))
+        with anyio.fail_after(30):
+            while not started:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        cancelled_at = anyio.current_time()
+        tg.cancel_scope.cancel()
+    return anyio.current_time() - cancelled_at
+
+
+async def test_a_cancelled_serve_hands_a_hung_run_to_the_fleet_after_its_grace(
+    store_backend: Backend,
+) -> None:
+    release, started = anyio.Event(), []
+    runner = _waiting_agent(release, started)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        eid = await system.enqueue(runner, "g1")
+        took = await _serve_until_started(system, started, grace=0.3)
+        assert 0.3 <= took < 15, took  # the grace, then the hung tool is stopped
+        assert (await system.history(eid))[-1].step_type != "run_end"  # not a cancel: nothing written
+        assert (await system.status(eid)).status in ("queued", "orphaned")  # the fleet's to take
+        release.set()
+        with anyio.fail_after(30):
+            assert await system.sweep() == 1
+        assert (await system.ref(eid).result()).output == "answer: done g1"
+    assert started == ["g1", "g1"]  # the step stopped in flight runs again
+
+
+async def test_a_cancelled_serve_lets_a_step_in_flight_reach_its_next_row(store_backend: Backend) -> None:
+    release, started = anyio.Event(), []
+    runner = _waiting_agent(release, started)
+    async with store_backend.open() as store, ActorSystem(store, runners=[runner]) as system:
+        eid = await system.enqueue(runner, "g2")
+
+        async def finish_soon() -> None:
+            await anyio.sleep(0.2)
+            release.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(finish_soon)
+            took = await _serve_until_started(system, started, grace=30)
+        assert took < 15, took  # it returned once the step reached its row, not at the grace's end
+        rows = await system.history(eid)
+        newest = rows[-1]
+        assert newest.step_type == "llm_call" and newest.node_id == "turn:1"  # the tool's result is in
+        assert (await system.status(eid)).status in ("queued", "orphaned")
+        with anyio.fail_after(30):
+            assert await system.sweep() == 1
+        assert (await system.ref(eid).result()).output == "answer: done g2"
+    assert started == ["g2"]  # the step that finished in the grace is not run again
