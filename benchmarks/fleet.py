@@ -43,6 +43,8 @@ from benchmarks._common import PG_DSN, median
 from stores import RECOVER, RUN_END, TOOL_CALL, PostgresStore, SQLiteStore, Store
 
 TARGET = 1.3
+#: How long the tool of the recovery measurement runs (s): every run is mid-tool when a worker is killed.
+_KILL_PAUSE = 1.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -137,8 +139,17 @@ async def spawned(where: Where, runs: int) -> float:
     return runs / elapsed
 
 
-def _worker(where: Where, go: Path, pause: float) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.fleet", "--serve", *where.child, str(go), str(pause)]
+def _worker(where: Where, go: Path, pause: float, concurrency: int = 16) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.fleet",
+        "--serve",
+        *where.child,
+        str(go),
+        str(pause),
+        str(concurrency),
+    ]
 
 
 async def through_workers(where: Where, runs: int, workers: int, folder: Path) -> float:
@@ -171,22 +182,33 @@ async def through_workers(where: Where, runs: int, workers: int, folder: Path) -
 
 async def recovery(where: Where, runs: int, folder: Path) -> list[float]:
     """Seconds from a worker's SIGKILL to each of its runs' ``recover`` row in the other worker."""
-    runner = refund_agent(0.5)
+    runner = refund_agent(_KILL_PAUSE)
     ids = [f"k{i}" for i in range(runs)]
-    go = folder / f"go-{uuid.uuid4().hex}"
+    go = [folder / f"go-{uuid.uuid4().hex}" for _ in range(2)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     async with where.open() as store:
         async with ActorSystem(store, runners=[runner]) as system:
             for eid in ids:
                 await system.enqueue(runner, eid, execution_id=eid)
-        procs = [await anyio.open_process(_worker(where, go, 0.5), env=env) for _ in range(2)]
+        # The worker to be killed takes half the runs first; the survivor takes the rest and keeps room
+        # for the killed one's runs, so its takeover does not wait for a free slot.
+        half = max(1, runs // 2)
+        procs = [
+            await anyio.open_process(_worker(where, go[0], _KILL_PAUSE, half), env=env),
+            await anyio.open_process(_worker(where, go[1], _KILL_PAUSE, 2 * runs), env=env),
+        ]
         try:
             for proc in procs:
                 assert proc.stdout is not None
                 await proc.stdout.receive()
-            go.touch()
-            while await _mid_tool(store, ids) < runs // 2:  # noqa: ASYNC110 (the workers write them)
-                await anyio.sleep(0.005)
+            go[0].touch()
+            with anyio.move_on_after(30):  # bounded: the kill goes ahead whatever was taken
+                while await _mid_tool(store, ids) < half:  # noqa: ASYNC110 (the workers write them)
+                    await anyio.sleep(0.005)
+                go[1].touch()
+                while await _mid_tool(store, ids) < runs:  # noqa: ASYNC110 (the workers write them)
+                    await anyio.sleep(0.005)
+            go[1].touch()
             procs[0].send_signal(signal.SIGKILL)
             killed = datetime.now(UTC)
             await procs[0].wait()
@@ -263,7 +285,7 @@ async def finding_work(where: Where, resting: int, samples: int) -> tuple[float,
     return median(sweeps), median(spawns)
 
 
-async def serve(backend: str, target: str, schema: str, go: str, pause: str) -> None:
+async def serve(backend: str, target: str, schema: str, go: str, pause: str, concurrency: str) -> None:
     """A worker process of the benchmark: ready, then serve once ``go`` exists."""
     store: Store = SQLiteStore(target) if backend == "sqlite" else PostgresStore(target, schema=schema)
     runner = refund_agent(float(pause))
@@ -272,7 +294,7 @@ async def serve(backend: str, target: str, schema: str, go: str, pause: str) -> 
         print("ready", flush=True)
         while not Path(go).exists():  # noqa: ASYNC110, ASYNC240 (the parent makes it; a local stat)
             await anyio.sleep(0.001)
-        await system.serve(concurrency=16, poll=0.05)
+        await system.serve(concurrency=int(concurrency), poll=0.05)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -328,6 +350,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        anyio.run(serve, *sys.argv[2:7])
+        anyio.run(serve, *sys.argv[2:8])
     else:
         anyio.run(main, parse(sys.argv[1:]))
