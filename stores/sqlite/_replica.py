@@ -1,19 +1,20 @@
-"""The SQLite half of replication beyond rows: the cache entries' outbox, the memory of having been
+"""The SQLite half of replication: the rows' outbox (unsynced rows, marking them sent or quarantined,
+importing restored rows), the cache entries' outbox, the memory of having been
 attached to a replicator, a run's cache entries (the plane's reads), and importing a restored run
 (rows, cache entries, pending row) in one write transaction."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from .._base import Plan
 from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
-from ._rows import PENDING_COLUMNS, ROW_COLUMNS, dt, ts
+from ._rows import PENDING_COLUMNS, ROW_COLUMNS, Ctx, dt, raise_outbox_mark, rows_where, ts
 
 __all__ = ["Replica"]
 
@@ -24,11 +25,102 @@ class Replica:
     """Mixed into :class:`~stores.SQLiteStore` (which provides the hooks below)."""
 
     _logs: MessageLogs
-    _read: Callable[..., Awaitable[object]]
-    _write: Callable[..., Awaitable[object]]
+
+    if TYPE_CHECKING:  # the store's own, first in its bases
+
+        async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+        async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
     def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None:
         raise NotImplementedError
+
+    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
+        """Rows not yet shipped, oldest write first."""
+        return await self._read(
+            lambda conn: rows_where(
+                conn, Ctx(), "id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?", (limit,)
+            )
+        )
+
+    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
+        """Mark rows shipped (idempotent; an empty request is a no-op)."""
+        if not checkpoint_ids:
+            return
+        ids = [(cid,) for cid in checkpoint_ids]
+        await self._mark_sent("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
+
+    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
+        """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
+        if not reasons:
+            return
+        pairs = [(reason, cid) for cid, reason in reasons.items()]
+        await self._mark_sent(
+            "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
+        )
+
+    async def _mark_sent(self, update: str, params: Sequence[tuple[str, ...]]) -> None:
+        """Run ``update`` for each of ``params`` and move the outbox mark past the rows it sent."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(update, params)
+            raise_outbox_mark(conn)
+
+        await self._write(run)
+
+    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of a row, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bool, str | None] | None:
+            found = conn.execute(
+                "SELECT synced, sync_error FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+            ).fetchone()
+            return None if found is None else (bool(found[0]), found[1])
+
+        return await self._read(run)
+
+    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
+        """Insert rows restored from the plane as already synced; existing ids are skipped."""
+        if not rows:
+            return 0
+        ids = [row.checkpoint_id for row in rows]
+
+        def existing(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                cursor = conn.execute(
+                    f"SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id IN ({marks})", chunk
+                )
+                found.update(cid for (cid,) in cursor)
+            return found
+
+        skip = await self._read(existing)
+        fresh = sorted(
+            (row for row in rows if row.checkpoint_id not in skip), key=lambda r: (r.execution_id, r.seq)
+        )
+        runs = {row.execution_id for row in fresh}
+        for eid in runs:
+            self._logs.forget(eid)
+        try:
+            planned = [self._logs.plan(row) for row in fresh]
+
+            def run(conn: sqlite3.Connection) -> int:
+                inserted = 0
+                for plan in planned:
+                    if conn.execute(
+                        "SELECT 1 FROM checkpoints WHERE checkpoint_id = ?", (plan[0].checkpoint_id,)
+                    ).fetchone():
+                        continue
+                    self._insert(conn, plan, synced=1)
+                    inserted += 1
+                return inserted
+
+            return await self._write(run)
+        finally:
+            for eid in runs:
+                self._logs.forget(eid)
 
     async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
         """Every cache entry of the run, oldest first."""
@@ -44,9 +136,7 @@ class Replica:
                 for key, value, created in cursor
             ]
 
-        found = await self._read(run)
-        assert isinstance(found, list)
-        return found
+        return await self._read(run)
 
     async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
         """Unsynced rows as stored (columns and the messages each adds), oldest write first."""
@@ -65,9 +155,7 @@ class Replica:
                 for found in cursor
             ]
 
-        found = await self._read(run)
-        assert isinstance(found, list)
-        return found
+        return await self._read(run)
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
         """Cache entries not yet shipped, oldest first."""
@@ -83,9 +171,7 @@ class Replica:
                 for eid, key, value, created in cursor
             ]
 
-        found = await self._read(run)
-        assert isinstance(found, list)
-        return found
+        return await self._read(run)
 
     async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
         """Mark cache entries ``(execution_id, key)`` shipped (idempotent; empty is a no-op)."""
@@ -154,8 +240,6 @@ class Replica:
                     )
                 return len(plans)
 
-            count = await self._write(run)
-            assert isinstance(count, int)
-            return count
+            return await self._write(run)
         finally:
             self._logs.forget(execution_id)

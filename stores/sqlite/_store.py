@@ -17,7 +17,7 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -57,7 +57,6 @@ from ._rows import (
     pending_of,
     pending_query,
     prune,
-    raise_outbox_mark,
     row_where,
     rows_where,
     ts,
@@ -525,92 +524,3 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
             messages = ctx.logs.get(log_id)
             if messages is not None:
                 self._logs.remember(execution_id, conversation_of(row.agent_path), log_id, list(messages))
-
-    # ------------------------------------------------------------------ the outbox
-
-    async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
-        """Rows not yet shipped, oldest write first."""
-        return await self._read(
-            lambda conn: rows_where(
-                conn, Ctx(), "id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?", (limit,)
-            )
-        )
-
-    async def mark_synced(self, checkpoint_ids: Sequence[str]) -> None:
-        """Mark rows shipped (idempotent; an empty request is a no-op)."""
-        if not checkpoint_ids:
-            return
-        ids = [(cid,) for cid in checkpoint_ids]
-        await self._mark_sent("UPDATE checkpoints SET synced = 1 WHERE checkpoint_id = ?", ids)
-
-    async def mark_quarantined(self, reasons: dict[str, str]) -> None:
-        """Mark poison rows: never re-sent, the reason kept (idempotent; last reason wins)."""
-        if not reasons:
-            return
-        pairs = [(reason, cid) for cid, reason in reasons.items()]
-        await self._mark_sent(
-            "UPDATE checkpoints SET synced = 1, sync_error = ? WHERE checkpoint_id = ?", pairs
-        )
-
-    async def _mark_sent(self, update: str, params: Sequence[tuple[str, ...]]) -> None:
-        """Run ``update`` for each of ``params`` and move the outbox mark past the rows it sent."""
-
-        def run(conn: sqlite3.Connection) -> None:
-            conn.executemany(update, params)
-            raise_outbox_mark(conn)
-
-        await self._write(run)
-
-    async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
-        """``(synced, sync_error)`` of a row, or ``None``."""
-
-        def run(conn: sqlite3.Connection) -> tuple[bool, str | None] | None:
-            found = conn.execute(
-                "SELECT synced, sync_error FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
-            ).fetchone()
-            return None if found is None else (bool(found[0]), found[1])
-
-        return await self._read(run)
-
-    async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
-        """Insert rows restored from the plane as already synced; existing ids are skipped."""
-        if not rows:
-            return 0
-        ids = [row.checkpoint_id for row in rows]
-
-        def existing(conn: sqlite3.Connection) -> set[str]:
-            found: set[str] = set()
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                marks = ", ".join("?" * len(chunk))
-                cursor = conn.execute(
-                    f"SELECT checkpoint_id FROM checkpoints WHERE checkpoint_id IN ({marks})", chunk
-                )
-                found.update(cid for (cid,) in cursor)
-            return found
-
-        skip = await self._read(existing)
-        fresh = sorted(
-            (row for row in rows if row.checkpoint_id not in skip), key=lambda r: (r.execution_id, r.seq)
-        )
-        runs = {row.execution_id for row in fresh}
-        for eid in runs:
-            self._logs.forget(eid)
-        try:
-            planned = [self._logs.plan(row) for row in fresh]
-
-            def run(conn: sqlite3.Connection) -> int:
-                inserted = 0
-                for plan in planned:
-                    if conn.execute(
-                        "SELECT 1 FROM checkpoints WHERE checkpoint_id = ?", (plan[0].checkpoint_id,)
-                    ).fetchone():
-                        continue
-                    self._insert(conn, plan, synced=1)
-                    inserted += 1
-                return inserted
-
-            return await self._write(run)
-        finally:
-            for eid in runs:
-                self._logs.forget(eid)
