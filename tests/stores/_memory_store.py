@@ -96,8 +96,8 @@ class MemoryStore:
         (after ``check()``, the row's own validation; refused if another holds it), undone with a
         failed write; a resting row drops the lock."""
         if eid in self._resting:
+            self._resting.discard(eid)  # even when refused: the run counts as taken, unlock releases
             check()
-            self._resting.discard(eid)
             if self.db.locks.get(eid) not in (None, self._me):
                 raise RunExists(f"run {eid!r} is owned by another live process or actor")
             value = write()
