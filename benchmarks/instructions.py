@@ -5,15 +5,15 @@
 The contenders of :mod:`benchmarks.step_costs` (the small refund's 4 rows a run on SQLite, WAL,
 ``synchronous=FULL``): raw (aiosqlite, no framework), store (``SQLiteStore.append`` of a real run's
 4 rows) and tether (the whole run through ``ActorSystem.spawn``). Each runs in a child process
-under ``valgrind --tool=callgrind``, twice: with no timed run and with ``--runs`` of them, one after
-another on a fresh file after the same warm-up; the difference divided by ``--runs`` is the
-instructions one run costs, every thread of the process counted (the writer thread's SQLite work
-too). Valgrind counts instructions, not time: the same tree gives the same figure whatever else the
+under ``valgrind --tool=callgrind``, twice: with ``--runs`` runs and with twice as many, one after
+another on a fresh file after the same warm-up, each child checking ``--runs`` of its runs; the
+difference divided by ``--runs`` is the instructions one run costs, every thread of the process
+counted (the writer thread's SQLite work too), start-up, warm-up and the check cancelled out. Valgrind counts instructions, not time: the same tree gives the same figure whatever else the
 machine runs, so two trees can be compared on a shared machine where timings move several-fold.
 It prints each contender's instructions per run and its ratio to raw, and the split of
 :mod:`benchmarks.step_costs`: framework (tether minus store), store over raw. Compare trees by
-running it in each. Verified in every child: tether runs answered with the tool once, and every
-contender's runs hold their 4 rows in order. Needs ``valgrind`` on ``PATH``; a run is ~50x slower
+running it in each. Verified in every child: tether runs answered with the tool once, and the checked
+runs hold their 4 rows in order (raw: its whole table). Needs ``valgrind`` on ``PATH``; a run is ~50x slower
 under it (``--tiny``: tether alone, 2 runs).
 """
 
@@ -46,8 +46,9 @@ async def _contender(name: str, workdir: Path) -> Contender:
     return Tether("sqlite", workdir)
 
 
-async def _child(name: str, runs: int) -> None:
-    """The work one valgrind child counts: warm-up, then ``runs`` runs, then their check."""
+async def _child(name: str, runs: int, verified: int) -> None:
+    """The work one valgrind child counts: warm-up, ``runs`` runs, then the check of the last
+    ``verified`` of them (raw checks its whole table in one query)."""
     with tempfile.TemporaryDirectory(prefix="tether-instr-") as tmp:
         contender = await _contender(name, Path(tmp))
         await contender.open("counted")
@@ -58,13 +59,13 @@ async def _child(name: str, runs: int) -> None:
             ids = [f"run-{i}" for i in range(runs)]
             for run_id in ids:
                 await contender.one(run_id)
-            await contender.verify(ids)
+            await contender.verify(ids if name == "raw" else ids[len(ids) - verified :])
         finally:
             await contender.close()
 
 
-def _count(name: str, runs: int) -> int:
-    """Instructions of one child doing the warm-up and ``runs`` runs of ``name``."""
+def _count(name: str, runs: int, verified: int) -> int:
+    """Instructions of one child doing the warm-up and ``runs`` runs of ``name``, checking ``verified``."""
     result = subprocess.run(
         [
             "valgrind",
@@ -77,6 +78,8 @@ def _count(name: str, runs: int) -> int:
             name,
             "--runs",
             str(runs),
+            "--verified",
+            str(verified),
         ],
         capture_output=True,
         text=True,
@@ -90,8 +93,10 @@ def _count(name: str, runs: int) -> int:
 
 
 def instructions_per_run(name: str, runs: int) -> float:
-    """(instructions with ``runs`` runs - instructions with none) / ``runs``."""
-    return (_count(name, runs) - _count(name, 0)) / runs
+    """(instructions with ``2 * runs`` runs - instructions with ``runs``) / ``runs``: both children
+    check ``runs`` runs (every run of the first, the last half of the second), so the check's own
+    reads cancel out with the start-up and the warm-up."""
+    return (_count(name, 2 * runs, runs) - _count(name, runs, runs)) / runs
 
 
 def report(counts: dict[str, float], runs: int) -> None:
@@ -120,9 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=100, help="counted runs per child")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (tether, 2 runs)")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--verified", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        asyncio.run(_child(args.child, args.runs))
+        asyncio.run(_child(args.child, args.runs, args.verified))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
