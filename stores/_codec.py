@@ -157,7 +157,7 @@ class MessageLogs:
             del rest[_MESSAGES]
             log_id, start = self._place(eid, conversation_of(row.agent_path), messages)
             count = len(messages)
-            values = [rest, row.node_input, row.node_output, row.interrupt_context]
+            values: list[Any] = [rest, row.node_input, row.node_output, row.interrupt_context]
             if start < count:
                 values.append(messages[start:])
         else:
