@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBlock
 
-from ._actor import ActorContext
+from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
 from ._log import tether_logger
 from ._mailbox import WAKE, ExitReason, Failable
@@ -24,7 +24,6 @@ from ._supervision import ChildSpec, Restart, SupervisionNode
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-    from ._actor import Actor
     from ._runtime import ActorRuntime
 
 __all__ = ["Cell"]
@@ -252,7 +251,8 @@ class Cell:
         try:
             with anyio.CancelScope() as scope:
                 self.scope = scope
-                await actor.on_start(self.ctx)
+                if type(actor).on_start is not Actor.on_start:  # the base hook does nothing
+                    await actor.on_start(self.ctx)
                 started = True
                 self.started.set()
                 reason = await self._loop()
@@ -342,7 +342,7 @@ class Cell:
             deadline = anyio.current_time() + self.spec.stop_timeout * 2 + 1.0
             with anyio.CancelScope(deadline=deadline, shield=True):
                 await node.shutdown()
-        if not started:
+        if not started or type(self.actor).on_stop is Actor.on_stop:  # the base hook does nothing
             return
         deadline = anyio.current_time() + self.spec.stop_timeout
         with anyio.CancelScope(deadline=deadline, shield=True) as bound:

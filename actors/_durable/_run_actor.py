@@ -74,18 +74,17 @@ class RunActor(Actor):
         self._abandoned = False
         self._released = False
         self._deferred: deque[Request] = deque()
+        # From the take of the ownership lock to its release (the release included, so a run handed
+        # to the fleet is never read as held by this process once it is no longer busy).
+        self._active = False
 
     async def on_start(self, ctx: ActorContext) -> None:
         self._live[self.execution_id] = self
 
-    async def on_stop(self, ctx: ActorContext) -> None:
-        if self._live.get(self.execution_id) is self:
-            del self._live[self.execution_id]
-
     @property
     def busy(self) -> bool:
         """Whether a start, resume or recovery of the run is in flight in this actor."""
-        return self._scope is not None
+        return self._active
 
     def cancel_current(self, reason: str) -> bool:
         """Cancel the step in flight, if any; the run then writes its failed marker. Returns whether
@@ -134,10 +133,18 @@ class RunActor(Actor):
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         if not isinstance(message, Request):
             raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
-        await self._answer(ctx, message)
-        # Requests taken from the mailbox between two steps and left for after this one, in order.
-        while self._deferred:
-            await self._answer(ctx, self._deferred.popleft())
+        # Listed as live from its start and while it handles requests; unlisted after each one (no
+        # on_stop hook: an actor without one stops with no shielded clean-up step).
+        eid = self.execution_id
+        self._live[eid] = self
+        try:
+            await self._answer(ctx, message)
+            # Requests taken from the mailbox between two steps and left for after this one, in order.
+            while self._deferred:
+                await self._answer(ctx, self._deferred.popleft())
+        finally:
+            if self._live.get(eid) is self:
+                del self._live[eid]
         ctx.passivate()
 
     async def _answer(self, ctx: ActorContext, request: Request) -> None:
@@ -253,6 +260,7 @@ class RunActor(Actor):
             take = getattr(self.store, "try_lock_with_first_row", take)
         if not await take(self.execution_id):
             raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+        self._active = True
         try:
             self._cancel_reason = None
             self._abandoned = False
@@ -267,6 +275,9 @@ class RunActor(Actor):
             return result
         finally:
             self._scope = None
-            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
-                await self.store.unlock(self.execution_id)
+            try:
+                # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+                with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+                    await self.store.unlock(self.execution_id)
+            finally:
+                self._active = False
