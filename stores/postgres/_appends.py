@@ -10,11 +10,6 @@ acquire/release (asyncpg's release alone schedules a task).
 A run's ownership rides on its rows where it can: a new run's take is written with its first row
 (checked there, gating it) and a ``run_end`` deletes the run's ``run_owners`` row, in that row's
 statement, so taking and releasing a run cost no round trip of their own.
-
-A batch's notices (``NOTIFY``, for :meth:`~stores.PostgresStore.watch`) follow its commit in a
-statement of their own: in the rows' transaction they would hold a database-wide lock across the
-commit's flush, queueing every concurrent commit behind it. A lone row notifies in its own
-statement (nothing to queue behind it).
 """
 
 from __future__ import annotations
@@ -265,24 +260,7 @@ class GroupAppends:
             except Exception as exc:
                 broken = broken or isinstance(exc, StoreUnavailable)
                 item.finish(exc)
-        if written:
-            broken = await self._notice(writer, batch, written) or broken
         return broken
-
-    async def _notice(
-        self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[Queued], written: set[str]
-    ) -> bool:
-        """Notify the runs of a committed batch (their watchers read once woken); ``True`` if the
-        connection was lost. A lost notice costs a watcher latency, never a row (it polls too)."""
-        runs = list({item.row.execution_id for item in batch if item.row.checkpoint_id in written})
-        try:
-            with self._lost():
-                await writer.execute(self._sql["notice"], runs)
-        except StoreUnavailable:
-            return True
-        except asyncpg.PostgresError:
-            pass
-        return False
 
     def _hand_off(self) -> None:
         """Give a free flusher slot to the oldest waiting appender."""
