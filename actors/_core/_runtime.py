@@ -132,6 +132,17 @@ class ActorRuntime:
 
         The wait is bounded by the actor's own ``on_start``.
         """
+        cell = self.launch(spec, parent, key=key)
+        await cell.started.wait()
+        if cell.start_error is not None:
+            crashed = ActorCrashed(f"{cell.id} failed in on_start: {cell.start_error!r}", actor_id=cell.id)
+            crashed.__cause__ = cell.start_error
+            raise crashed
+        return cell.ref
+
+    def launch(self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None) -> Cell:
+        """Start ``spec`` under ``parent`` without waiting: its task runs from the next turn of the
+        event loop (``ActorStopped`` if the system is not running). Its mailbox takes messages at once."""
         tg = self._tg
         if tg is None or self._closing or parent.closing:
             raise ActorStopped("the actor system is not running")
@@ -144,12 +155,7 @@ class ActorRuntime:
         if spec.idle_timeout is not None:
             self._watch_idle(cell, spec.idle_timeout)
         tg.start_soon(cell.run)
-        await cell.started.wait()
-        if cell.start_error is not None:
-            crashed = ActorCrashed(f"{actor_id} failed in on_start: {cell.start_error!r}", actor_id=actor_id)
-            crashed.__cause__ = cell.start_error
-            raise crashed
-        return cell.ref
+        return cell
 
     def cell_exited(self, cell: Cell) -> None:
         self._cells.discard(cell)
