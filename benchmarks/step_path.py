@@ -13,8 +13,11 @@ keeps) and PostgreSQL (``synchronous_commit=on``).
 Contenders:
 
 * raw: no framework: the model function, the tool function and the same 4 rows written directly on
-  the driver, one one-hop transaction per row (aiosqlite autocommit ``INSERT`` on one connection;
-  asyncpg autocommit ``INSERT`` on a dedicated connection, a pool of 20 when concurrent).
+  the driver, each before its step, one one-hop transaction per row (aiosqlite autocommit ``INSERT``
+  on one connection; asyncpg autocommit ``INSERT`` on a dedicated connection, a pool of 20 when
+  concurrent).
+* raw batched (concurrent only, :mod:`benchmarks._raw_batched`): an ideal group commit: batches of
+  ``--concurrency`` runs in lockstep, each step's rows in one transaction; tether is printed against it.
 * tether: ``ActorSystem.spawn(...)`` then ``RunRef.result()`` on ``SQLiteStore`` / ``PostgresStore``.
 * spawns (concurrent only, tether): batches of ``--concurrency`` runs, each batch started by that many
   awaited ``spawn`` calls one after another and then awaited, beside batches spawned at once
@@ -28,7 +31,7 @@ Contenders:
 Each measurement runs in a fresh child process (no contender shares a process with what another one
 left behind: a peer's background threads, modules or garbage), on a fresh database (file, schema or
 database), with two warm-up runs before the timed runs; every run is verified afterwards (completed with the expected answer, the tool ran exactly once
-per run, tether: exactly the 4 rows in order; raw: 4 rows per run). Configurations are interleaved
+per run, tether and raw batched: exactly the 4 rows in order; raw: 4 rows per run). Configurations are interleaved
 (rotating order) over ``--rounds`` rounds; the table shows medians and ratios to raw and to
 FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``; 3 rounds).
 """
@@ -42,7 +45,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,6 +74,7 @@ TARGET_CONCURRENT = 3.0
 TARGET_SPAWNS = 0.8
 SPAWNS_AWAITED = "tether awaited spawns"
 SPAWNS_AT_ONCE = "tether spawns at once"
+RAW_BATCHED = "raw batched"  #: the name of benchmarks._raw_batched's contenders
 BASE = "FastAIAgent untraced"
 
 _encode = msgspec.json.Encoder().encode
@@ -250,9 +254,6 @@ class Tether(Contender):
             self._store = None
             if self.backend == "postgres":
                 await _drop_schema(_TETHER_SCHEMA)
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
 
 
 class TetherSpawns(Tether):
@@ -284,16 +285,16 @@ class TetherSpawns(Tether):
 # -- raw
 
 
-def _raw_rows(run_id: str) -> list[tuple[Any, ...]]:
-    """The work of one run without a framework: model, tool, model, and the 4 rows to write."""
+def raw_steps(run_id: str) -> Iterator[tuple[Any, ...]]:
+    """The work of one run without a framework, a step at a time: each of the 4 rows to write, the
+    model, tool and model between them (the next row is built once the one before it is taken)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
-    rows: list[tuple[Any, ...]] = []
 
-    def row(seq: int, node_id: str, step_type: str, turn: int, node_input: dict[str, Any]) -> None:
+    def row(seq: int, node_id: str, step_type: str, turn: int, node_input: dict[str, Any]) -> tuple[Any, ...]:
         snapshot = _encode({"messages": messages, "turn": turn})
-        rows.append((run_id, seq, node_id, step_type, snapshot.decode(), _encode(node_input).decode()))
+        return (run_id, seq, node_id, step_type, snapshot.decode(), _encode(node_input).decode())
 
-    row(0, "turn:0", "llm_call", 0, {})
+    yield row(0, "turn:0", "llm_call", 0, {})
     messages.append(
         {
             "role": "assistant",
@@ -301,13 +302,12 @@ def _raw_rows(run_id: str) -> list[tuple[Any, ...]]:
             "tool_calls": [{"name": "refund", "arguments": ARGS, "id": "c1"}],
         }
     )
-    row(1, "turn:0/tool:refund", "tool_call", 0, ARGS)
+    yield row(1, "turn:0/tool:refund", "tool_call", 0, ARGS)
     result = json.dumps(charge(**ARGS))
     messages.append({"role": "tool", "content": result, "tool_call_id": "c1", "name": "refund"})
-    row(2, "turn:1", "llm_call", 1, {})
+    yield row(2, "turn:1", "llm_call", 1, {})
     messages.append({"role": "assistant", "content": answer(result)})
-    row(3, "run_end", "run_end", 2, {})
-    return rows
+    yield row(3, "run_end", "run_end", 2, {})
 
 
 _RAW_COLUMNS = "(execution_id, seq, node_id, step_type, state_snapshot, node_input, created_at)"
@@ -336,7 +336,7 @@ class RawSQLite(Contender):
 
     async def one(self, run_id: str) -> None:
         assert self._conn is not None
-        for values in _raw_rows(run_id):
+        for values in raw_steps(run_id):
             await self._conn.execute(
                 f"INSERT INTO rows {_RAW_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*values, time.strftime("%Y-%m-%dT%H:%M:%S")),
@@ -391,7 +391,7 @@ class RawPostgres(Contender):
         assert self._pool is not None
         sql = f"INSERT INTO {self.SCHEMA}.rows {_RAW_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, now())"
         async with self._pool.acquire() as conn:
-            for values in _raw_rows(run_id):
+            for values in raw_steps(run_id):
                 await conn.execute(sql, *values)
 
     async def verify(self, run_ids: list[str]) -> None:
@@ -428,7 +428,14 @@ def contenders(backend: str, workdir: Path, concurrency: int, peers: bool) -> li
         Tether(backend, workdir),
     ]
     if concurrency > 1:
+        from benchmarks import _raw_batched
+
         found += [TetherSpawns(backend, workdir, awaited=True), TetherSpawns(backend, workdir, awaited=False)]
+        found.append(
+            _raw_batched.RawBatchedSQLite(workdir)
+            if backend == "sqlite"
+            else _raw_batched.RawBatchedPostgres(concurrency)
+        )
     if peers:
         from benchmarks import _peers
 
@@ -438,9 +445,8 @@ def contenders(backend: str, workdir: Path, concurrency: int, peers: bool) -> li
 
 def contender(backend: str, name: str, workdir: Path, concurrency: int) -> Contender:
     """The one contender called ``name`` on ``backend`` (a peer needs the ``bench`` extra)."""
-    for found in contenders(
-        backend, workdir, concurrency, peers=name not in ("raw", "tether", SPAWNS_AWAITED, SPAWNS_AT_ONCE)
-    ):
+    ours = ("raw", RAW_BATCHED, "tether", SPAWNS_AWAITED, SPAWNS_AT_ONCE)
+    for found in contenders(backend, workdir, concurrency, peers=name not in ours):
         if found.name == name:
             return found
     raise ValueError(f"no contender {name!r} on {backend!r}")
@@ -544,6 +550,11 @@ def report(
                 f"{awaited:,.0f} runs/s, {concurrency} spawned at once then awaited {at_once:,.0f} runs/s: "
                 f"{ratio:.2f}x (>= {TARGET_SPAWNS:.1f}x): {verdict}"
             )
+        batched = results.get((backend, RAW_BATCHED, concurrency))
+        if batched is not None:
+            from benchmarks._raw_batched import print_target
+
+            ok = print_target(results[(backend, "tether", concurrency)], batched, concurrency) and ok
         if base[1] is None:
             continue
         for mode, target in ((1, TARGET_SEQUENTIAL), (concurrency, TARGET_CONCURRENT)):

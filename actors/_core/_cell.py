@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBlock
 
-from ._actor import ActorContext
+from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
 from ._log import tether_logger
 from ._mailbox import WAKE, ExitReason, Failable
@@ -24,7 +24,6 @@ from ._supervision import ChildSpec, Restart, SupervisionNode
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-    from ._actor import Actor
     from ._runtime import ActorRuntime
 
 __all__ = ["Cell"]
@@ -56,6 +55,7 @@ class Cell:
         "drain",
         "exit_error",
         "exit_request",
+        "first",
         "id",
         "idle_seen",
         "idle_since",
@@ -105,6 +105,9 @@ class Cell:
         self.passivate_when_idle = False
         self.scope: anyio.CancelScope | None = None
         self.processed = 0
+        #: A message handed over at launch: handled before the mailbox is read, even if a stop came
+        #: first (it counts as taken), with no turn of the loop before it.
+        self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
 
@@ -252,7 +255,8 @@ class Cell:
         try:
             with anyio.CancelScope() as scope:
                 self.scope = scope
-                await actor.on_start(self.ctx)
+                if type(actor).on_start is not Actor.on_start:  # the base hook does nothing
+                    await actor.on_start(self.ctx)
                 started = True
                 self.started.set()
                 reason = await self._loop()
@@ -273,6 +277,9 @@ class Cell:
     async def _loop(self) -> ExitReason:
         receive = self._recv.receive
         handle = self._handle
+        first, self.first = self.first, None
+        if first is not None:
+            await handle(first)
         while True:
             if self.signal:
                 reason = await self._on_signal()
@@ -342,7 +349,7 @@ class Cell:
             deadline = anyio.current_time() + self.spec.stop_timeout * 2 + 1.0
             with anyio.CancelScope(deadline=deadline, shield=True):
                 await node.shutdown()
-        if not started:
+        if not started or type(self.actor).on_stop is Actor.on_stop:  # the base hook does nothing
             return
         deadline = anyio.current_time() + self.spec.stop_timeout
         with anyio.CancelScope(deadline=deadline, shield=True) as bound:
@@ -360,6 +367,9 @@ class Cell:
             return
         self.accepting = False
         dropped = 0
+        first, self.first = self.first, None
+        if isinstance(first, Failable):  # on_start failed before it was handled
+            first.fail(ActorStopped(f"{self.id} stopped before handling the message"))
         while True:
             try:
                 item = self._recv.receive_nowait()

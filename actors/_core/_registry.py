@@ -149,10 +149,10 @@ class Registry:
         stop_timeout: float = 2.0,
         bindings: dict[str, object] | None = None,
     ) -> None:
-        """Start the actor of the reserved ``key`` with ``message`` in its mailbox, without waiting for
-        ``on_start`` (its task runs from the next turn of the loop; a failed ``on_start`` fails
-        ``message``, a :class:`Failable`, like all its mailbox holds). ``ActorStopped`` (the key is
-        released) when the system is not running."""
+        """Start the actor of the reserved ``key`` with ``message`` as its first message, without
+        waiting for ``on_start``: its task runs from the next turn of the loop and handles
+        ``message`` before anything else, even if a stop comes first (a failed ``on_start`` fails it,
+        a :class:`Failable`). ``ActorStopped`` (the key is released) when the system is not running."""
         entry = self._entries[key]
         spec = make_spec(
             factory,
@@ -163,11 +163,10 @@ class Registry:
             bindings=bindings or {},
         )
         try:
-            cell = self._runtime.launch(spec, self._runtime.root, key=key)
+            self._runtime.launch(spec, self._runtime.root, key=key, first=message)
         except BaseException:
             self.unreserve(key)
             raise
-        cell.ref.send_nowait(message)  # a fresh mailbox has room
         entry.ready.set()
 
     def unreserve(self, key: Hashable) -> None:

@@ -140,14 +140,18 @@ class ActorRuntime:
             raise crashed
         return cell.ref
 
-    def launch(self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None) -> Cell:
+    def launch(
+        self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None, first: object = None
+    ) -> Cell:
         """Start ``spec`` under ``parent`` without waiting: its task runs from the next turn of the
-        event loop (``ActorStopped`` if the system is not running). Its mailbox takes messages at once."""
+        event loop (``ActorStopped`` if the system is not running); ``first``, if given, is its first
+        message (see ``Cell.first``). Its mailbox takes messages at once."""
         tg = self._tg
         if tg is None or self._closing or parent.closing:
             raise ActorStopped("the actor system is not running")
         actor_id = spec.name if spec.name is not None else f"actor-{next(self._ids)}"
         cell = Cell(self, spec, parent, actor_id, key)
+        cell.first = first
         if key is not None:
             self.registry.bind(key, cell)
         parent.attach(cell)

@@ -101,13 +101,6 @@ class RunActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         self._live[self.execution_id] = self
 
-    async def on_stop(self, ctx: ActorContext) -> None:
-        if self._live.get(self.execution_id) is self:
-            del self._live[self.execution_id]
-        if self._opening is not None:  # stopped before it drove its spawn: release the take
-            self._opening = None
-            await self.store.unlock(self.execution_id)  # bounded: on_stop runs time-bounded
-
     async def open(self, launch: Callable[[], object]) -> None:
         """The part of a spawn its caller runs (see :class:`Opening`): take the run, write its first
         row (shielded and bounded, so its outcome is known: the run goes on if the caller is
@@ -195,10 +188,18 @@ class RunActor(Actor):
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         if not isinstance(message, Request):
             raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
-        await self._answer(ctx, message)
-        # Requests taken from the mailbox between two steps and left for after this one, in order.
-        while self._deferred:
-            await self._answer(ctx, self._deferred.popleft())
+        # Listed as live from its start and while it handles requests; unlisted after each one (no
+        # on_stop hook: an actor without one stops with no shielded clean-up step).
+        eid = self.execution_id
+        self._live[eid] = self
+        try:
+            await self._answer(ctx, message)
+            # Requests taken from the mailbox between two steps and left for after this one, in order.
+            while self._deferred:
+                await self._answer(ctx, self._deferred.popleft())
+        finally:
+            if self._live.get(eid) is self:
+                del self._live[eid]
         ctx.passivate()
 
     async def _answer(self, ctx: ActorContext, request: Request) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from stores import SerializationError, decode_json, encode_json
+from stores import SerializationError, encode_json
 
 from .._core._log import tether_logger
 from ._errors import ModelError
@@ -35,6 +35,7 @@ __all__ = ["take_in"]
 _NINE = re.compile(r"[A-Za-z0-9]{9}")
 _ALNUM = string.ascii_letters + string.digits
 _log = tether_logger()
+_message_decoder = msgspec.json.Decoder(Message)
 
 
 def take_in(reply: object, earlier: Iterable[Message], *, model: object = None) -> ModelReply:
@@ -71,7 +72,8 @@ def _checked(reply: ModelReply, model: object) -> ModelReply:
     if any(not isinstance(call.arguments, dict) for call in reply.tool_calls):
         reply = msgspec.structs.replace(reply, tool_calls=[_object_arguments(c) for c in reply.tool_calls])
     try:
-        Message.from_dict(decode_json(encode_json(reply.to_message().to_dict())))
+        # One C-level decode into the message type checks what a stored row will read back.
+        _message_decoder.decode(encode_json(reply.to_message().to_dict()))
     except SerializationError as exc:
         raise ModelError(f"model {model!r} returned a reply the run cannot store: {exc}") from None
     except (msgspec.ValidationError, TypeError, ValueError) as exc:

@@ -15,9 +15,8 @@ was retried. A sink must not block: it is called on the event loop, between two 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar, Token
 from typing import Any
 
 from ._errors import ModelError
@@ -33,14 +32,24 @@ DONE = "[DONE]"
 _sink: ContextVar[TextSink | None] = ContextVar("tether_text_sink", default=None)
 
 
-@contextmanager
-def text_sink(sink: TextSink | None) -> Iterator[None]:
-    """Send the text a streaming model produces inside this block to ``sink`` (None: nowhere)."""
-    token = _sink.set(sink)
-    try:
-        yield
-    finally:
-        _sink.reset(token)
+class text_sink:
+    """Send the text a streaming model produces inside this block to ``sink`` (None: nowhere).
+
+    A small class rather than a ``@contextmanager`` generator: it is entered on every model call.
+    """
+
+    __slots__ = ("_sink", "_token")
+
+    _token: Token[TextSink | None]
+
+    def __init__(self, sink: TextSink | None) -> None:
+        self._sink = sink
+
+    def __enter__(self) -> None:
+        self._token = _sink.set(self._sink)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _sink.reset(self._token)
 
 
 def emit_text(text: str, attempt: int) -> None:

@@ -9,7 +9,7 @@ identity first).
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -22,8 +22,9 @@ ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
 
 def new_call_id() -> str:
-    """A tool-call id unique across processes: ``call_`` and a uuid4 in hex."""
-    return f"call_{uuid.uuid4().hex}"
+    """A tool-call id unique across processes: ``call_`` and 128 random bits in hex (a uuid4's
+    entropy without building a ``UUID``)."""
+    return "call_" + os.urandom(16).hex()
 
 
 class ToolCall(msgspec.Struct, frozen=True):

@@ -16,7 +16,7 @@ def _postgres_reachable(pg_schema: object) -> None:
 
 
 def test_step_path_benchmark_tiny() -> None:
-    out = run_benchmark("step_path", "--tiny", "--backend", "both")
+    out = run_benchmark("step_path", "--tiny", "--backend", "both", timeout=240)
     for backend in ("SQLite", "PostgreSQL"):
         assert f"step path, {backend}" in out, out
     # One line per contender and backend: runs/s and the ratio to raw, sequential and concurrent.
@@ -33,4 +33,14 @@ def test_step_path_benchmark_tiny() -> None:
         re.MULTILINE,
     )
     assert len(spawns) == 2, out
+    # Raw batched (the runs in flight in lockstep, one transaction per step) and tether's ratio to it.
+    batched = re.findall(
+        r"^raw batched, 4 runs in lockstep, one transaction per step: [\d,]+ runs/s; "
+        r"tether 4 concurrent (\d+\.\d\d)x raw batched \(>= 0\.5x\): (PASS|MISS)$",
+        out,
+        re.MULTILINE,
+    )
+    assert len(batched) == 2, out
+    for ratio, verdict in batched:
+        assert verdict == ("PASS" if float(ratio) >= 0.5 else "MISS"), out
     assert "correctness: ok" in out, out
