@@ -105,8 +105,8 @@ class Cell:
         self.passivate_when_idle = False
         self.scope: anyio.CancelScope | None = None
         self.processed = 0
-        #: A message handed over at launch: handled before the mailbox is read, even if a stop came
-        #: first (it counts as taken), with no turn of the loop before it.
+        #: A message handed over at launch: handled before the mailbox is read with no turn of the
+        #: loop before it, even if a stop came first (it counts as taken; then within ``stop_timeout``).
         self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
@@ -279,6 +279,9 @@ class Cell:
         handle = self._handle
         first, self.first = self.first, None
         if first is not None:
+            scope = self.scope
+            if self.exit_request is not None and scope is not None:  # a stop came before the task ran
+                scope.deadline = min(scope.deadline, anyio.current_time() + self.spec.stop_timeout)
             await handle(first)
         while True:
             if self.signal:
