@@ -9,7 +9,8 @@ once, and each is awaited until it reports ``paused``; the caller keeps no ref. 
 ``--runs`` paused runs the process is measured after ``gc.collect()``: Python memory (``tracemalloc``,
 current, traced from the start of the
 measuring process's work), resident set size (``/proc/self/statm``), live actor tasks
-(``ActorRuntime.live_actors``), registry entries and asyncio tasks.
+(``ActorRuntime.live_actors``), registry entries, runs listed live by the durable half and asyncio
+tasks.
 
 The raw counterpart is the bare store holding the same rows: a fresh process writes, for each run,
 the rows of one tether run (the template, read back from tether's store) through ``Store.append``
@@ -18,7 +19,7 @@ at once, and is measured the same way. Whatever both grow by per run is the stor
 memory of each run's message log, SQLite's page cache); what tether grows by beyond the bare store
 is the framework's.
 
-Targets: no live actor, no registry entry and no task beyond the bare store's with every run paused,
+Targets: no live actor, no registry entry, no run listed live and no task beyond the bare store's with every run paused,
 and the framework's memory per paused run (tether's growth from ``--first`` to ``--runs`` minus the
 bare store's, per run) at most :data:`TARGET_BYTES`, a few bytes of allocator and ``tracemalloc``
 noise. Verified afterwards: every run is paused (its pending interrupt is in the store, its newest
@@ -70,6 +71,7 @@ class Sample(NamedTuple):
     rss: int  #: bytes resident
     actors: int  #: live actor tasks
     registry: int  #: registry entries
+    listed: int  #: runs listed live by the system's durable half (its map of run actors)
     tasks: int  #: asyncio tasks
 
 
@@ -86,7 +88,8 @@ def sample(paused: int, system: ActorSystem | None) -> Sample:
     traced = tracemalloc.get_traced_memory()[0]
     actors = system.runtime.live_actors if system is not None else 0
     registry = len(system.runtime.registry) if system is not None else 0
-    return Sample(paused, traced, _rss(), actors, registry, len(asyncio.all_tasks()))
+    listed = len(system._runs._live) if system is not None else 0
+    return Sample(paused, traced, _rss(), actors, registry, listed, len(asyncio.all_tasks()))
 
 
 def open_store(backend: str, workdir: Path, tag: str) -> Store:
@@ -163,7 +166,7 @@ async def tether_side(backend: str, workdir: Path, first: int, runs: int, batch:
             if resumed.status != "completed" or resumed.output != ANSWER or Charges.count != 1:
                 raise AssertionError(f"the resumed run: {resumed} ({Charges.count} charges)")
             after = sample(runs - 1, system)
-            if after.actors or after.registry:
+            if after.actors or after.registry or after.listed:
                 raise AssertionError(f"live actors after the resume: {after}")
     finally:
         await drop(store)
@@ -264,7 +267,7 @@ def report(tether: list[Sample], raw: list[Sample], backend: str, batch: int) ->
     print(f"paused runs, {backend}: spawned {batch} at once, each awaited until paused; after gc.collect()")
     header = (
         f"{'side':<12}{'paused':>8}{'traced KiB':>12}{'RSS KiB':>10}"
-        f"{'live actors':>13}{'registry':>10}{'tasks':>7}"
+        f"{'live actors':>13}{'registry':>10}{'listed':>8}{'tasks':>7}"
     )
     print(header)
     print("-" * len(header))
@@ -272,7 +275,7 @@ def report(tether: list[Sample], raw: list[Sample], backend: str, batch: int) ->
         for s in samples:
             print(
                 f"{name:<12}{s.paused:>8,}{s.traced / 1024:>12,.0f}{s.rss / 1024:>10,.0f}"
-                f"{s.actors:>13}{s.registry:>10}{s.tasks:>7}"
+                f"{s.actors:>13}{s.registry:>10}{s.listed:>8}{s.tasks:>7}"
             )
     runs = tether[1].paused - tether[0].paused
     ours = (tether[1].traced - tether[0].traced) / runs
@@ -290,10 +293,11 @@ def report(tether: list[Sample], raw: list[Sample], backend: str, batch: int) ->
         f"(<= {TARGET_BYTES:.0f} B): {'PASS' if memory_ok else 'MISS'}"
     )
     extra_tasks = max(t.tasks - r.tasks for t, r in zip(tether, raw, strict=True))
-    actors = max(s.actors + s.registry for s in tether)
+    actors = max(s.actors + s.registry + s.listed for s in tether)
     actors_ok = actors == 0 and extra_tasks <= 0
     print(
-        f"target actors: live actors and registry entries with every run paused {actors}, tasks beyond "
+        f"target actors: live actors, registry entries and runs listed with every run paused {actors}, "
+        f"tasks beyond "
         f"the bare store's {extra_tasks} (= 0): {'PASS' if actors_ok else 'MISS'}"
     )
     print(

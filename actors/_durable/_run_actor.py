@@ -97,6 +97,9 @@ class RunActor(Actor):
         self._released = False
         self._deferred: deque[Request] = deque()
         self._opening = opening
+        # From the take of the ownership lock to its release (the release included, so a run handed
+        # to the fleet is never read as held by this process once it is no longer busy).
+        self._active = False
 
     async def on_start(self, ctx: ActorContext) -> None:
         self._live[self.execution_id] = self
@@ -139,7 +142,7 @@ class RunActor(Actor):
     @property
     def busy(self) -> bool:
         """Whether a start, resume or recovery of the run is in flight in this actor."""
-        return self._scope is not None
+        return self._active
 
     def cancel_current(self, reason: str) -> bool:
         """Cancel the step in flight, if any; the run then writes its failed marker. Returns whether
@@ -324,6 +327,7 @@ class RunActor(Actor):
                 take = getattr(self.store, "try_lock_with_first_row", take)
             if not await take(self.execution_id):
                 raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+        self._active = True
         try:
             self._cancel_reason = None
             self._abandoned = False
@@ -341,7 +345,10 @@ class RunActor(Actor):
             await self._unlock()
 
     async def _unlock(self) -> None:
-        """Release the run's ownership lock, shielded and bounded."""
-        # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-        with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
-            await self.store.unlock(self.execution_id)
+        """Release the run's ownership lock, shielded and bounded (no longer active once done)."""
+        try:
+            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+                await self.store.unlock(self.execution_id)
+        finally:
+            self._active = False

@@ -100,6 +100,11 @@ class Tool:
         self.description = description if description is not None else summary
         self._signature = inspect.signature(fn)
         self._args_type, self.parameters = _build_arguments(fn, self._signature, tool_name, param_docs)
+        # (name, positional-only, default) per parameter, read once: bind_arguments runs per call.
+        self._binding = [
+            (p.name, p.kind is inspect.Parameter.POSITIONAL_ONLY, p.default)
+            for p in self._signature.parameters.values()
+        ]
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -121,12 +126,12 @@ class Tool:
         converted = msgspec.convert(arguments, self._args_type)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
-        for param in self._signature.parameters.values():
-            value = getattr(converted, param.name)
-            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
-                args.append(param.default if value is msgspec.UNSET else value)
+        for name, positional_only, default in self._binding:
+            value = getattr(converted, name)
+            if positional_only:
+                args.append(default if value is msgspec.UNSET else value)
             elif value is not msgspec.UNSET:
-                kwargs[param.name] = value
+                kwargs[name] = value
         return args, kwargs
 
     async def invoke(self, arguments: Any) -> ToolOutcome:

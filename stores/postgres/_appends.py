@@ -6,12 +6,21 @@ fewer than ``max_flushers`` batches in flight writes the queue itself; the other
 handed the lead when a flusher finishes. A lone appender writes its row at once. Flushers keep
 their pool connection between flushes (at most one each), so an append costs no pool
 acquire/release (asyncpg's release alone schedules a task).
+
+A run's ownership rides on its rows where it can: a new run's take is written with its first row
+(checked there, gating it) and a ``run_end`` deletes the run's ``run_owners`` row, in that row's
+statement, so taking and releasing a run cost no round trip of their own.
+
+A batch's notices (``NOTIFY``, for :meth:`~stores.PostgresStore.watch`) follow its commit in a
+statement of their own: in the rows' transaction they would hold a database-wide lock across the
+commit's flush, queueing every concurrent commit behind it. A lone row notifies in its own
+statement (nothing to queue behind it).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
@@ -22,10 +31,11 @@ import asyncpg
 from .._base import Plan
 from .._codec import MessageLogs
 from .._errors import StoreUnavailable
-from .._model import Checkpoint
+from .._model import RUN_END, Checkpoint
 from .._owners import Ownership
+from ._locks import owner_key
 from ._rows import args, usable
-from ._sql import COLUMN_COUNT
+from ._sql import BATCH_COLUMNS
 
 __all__ = ["GroupAppends", "Queued"]
 
@@ -36,11 +46,12 @@ _CLOSE_TIMEOUT: Final = 5.0
 class Queued:
     """One caller's append waiting in the group-commit queue."""
 
-    __slots__ = ("done", "error", "lead", "plan", "row", "wake")
+    __slots__ = ("done", "error", "lead", "own", "plan", "row", "wake")
 
-    def __init__(self, row: Checkpoint, plan: Plan) -> None:
+    def __init__(self, row: Checkpoint, plan: Plan, own: tuple[str | None, int | None, str | None]) -> None:
         self.row = row
         self.plan = plan
+        self.own = own  # the owner taking the run with this row, its key, the owner releasing it
         self.lead = False
         self.error: Exception | None = None
         self.wake = anyio.Event()  # set when done, or when handed the lead
@@ -52,11 +63,14 @@ class Queued:
         self.wake.set()
 
 
+_NO_OWNERSHIP: Final = (None, None, None)
+
+
 def _batch_args(batch: Sequence[Queued]) -> list[list[Any]]:
-    """Column arrays for the ``batch`` statement: the arguments of each row's single statement."""
-    columns: list[list[Any]] = [[] for _ in range(COLUMN_COUNT)]
+    """Column arrays for the ``batch`` statement: the arguments of each row's ``append_own``."""
+    columns: list[list[Any]] = [[] for _ in range(BATCH_COLUMNS)]
     for item in batch:
-        for column, value in zip(columns, args(item.plan), strict=True):
+        for column, value in zip(columns, (*args(item.plan), *item.own), strict=True):
             column.append(value)
     return columns
 
@@ -66,6 +80,7 @@ class GroupAppends:
 
     _logs: MessageLogs
     _own: Ownership
+    schema: str
     _pool: asyncpg.Pool | None
     _sql: dict[str, str]
     _connect_timeout: float
@@ -75,6 +90,14 @@ class GroupAppends:
     _writers: list[asyncpg.pool.PoolConnectionProxy]
 
     async def _ready(self) -> asyncpg.Pool:
+        raise NotImplementedError
+
+    async def _taking(
+        self,
+        execution_id: str,
+        take: str | None,
+        write: Callable[[asyncpg.pool.PoolConnectionProxy | None], Awaitable[None]],
+    ) -> None:
         raise NotImplementedError
 
     def _lost(self) -> AbstractContextManager[None]:
@@ -92,8 +115,37 @@ class GroupAppends:
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
-        self._own.check(row.execution_id)  # a run abandoned with a lost lock writes nothing more
-        item = Queued(row, self._logs.plan(row))
+        eid = row.execution_id
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
+        take, release = self._own.riding(eid, row.step_type == RUN_END)
+        if take is None and release is None:
+            return await self._append(row, _NO_OWNERSHIP)
+        done = False
+        try:
+            if take is not None and release is not None:
+                # One statement cannot insert a run_owners row and delete it: a run whose first
+                # row is its run_end takes it first, in the row's transaction.
+                own, plan = (None, None, release), self._first_plan(row)
+                await self._taking(
+                    eid, take, lambda via: self._write_planned("append_own", row, plan, own, via=via)
+                )
+            else:
+                key = None if take is None else owner_key(self.schema, take)
+                await self._append(row, (take, key, release))
+            done = True
+        finally:
+            self._own.rode(eid, take, release, done=done)
+
+    def _first_plan(self, row: Checkpoint) -> Plan:
+        """The row's plan (validating it); a refused row leaves no memory of its log."""
+        try:
+            return self._logs.plan(row)
+        except BaseException:
+            self._logs.forget(row.execution_id)
+            raise
+
+    async def _append(self, row: Checkpoint, own: tuple[str | None, int | None, str | None]) -> None:
+        item = Queued(row, self._first_plan(row), own)
         try:
             pool = await self._ready()
         except BaseException:
@@ -182,12 +234,32 @@ class GroupAppends:
                 item.finish(None)
                 continue
             try:  # refused (or a batch of one): the single statement gives the exact outcome
-                await self._write_planned("append", item.row, item.plan, (), via=writer)
+                if item.own is _NO_OWNERSHIP:
+                    await self._write_planned("append", item.row, item.plan, (), via=writer)
+                else:
+                    await self._write_planned("append_own", item.row, item.plan, item.own, via=writer)
                 item.finish(None)
             except Exception as exc:
                 broken = broken or isinstance(exc, StoreUnavailable)
                 item.finish(exc)
+        if written:
+            broken = await self._notice(writer, batch, written) or broken
         return broken
+
+    async def _notice(
+        self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[Queued], written: set[str]
+    ) -> bool:
+        """Notify the runs of a committed batch (their watchers read once woken); ``True`` if the
+        connection was lost. A lost notice costs a watcher latency, never a row (it polls too)."""
+        runs = list({item.row.execution_id for item in batch if item.row.checkpoint_id in written})
+        try:
+            with self._lost():
+                await writer.execute(self._sql["notice"], runs)
+        except StoreUnavailable:
+            return True
+        except asyncpg.PostgresError:
+            pass
+        return False
 
     def _hand_off(self) -> None:
         """Give a free flusher slot to the oldest waiting appender."""

@@ -29,15 +29,9 @@ from .._errors import StoreUnavailable
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END
 from .._owners import Ownership
 from ._connection import advisory_key
+from ._sql import HELD_KEYS
 
 __all__ = ["OWNER_SQL", "LivenessLock", "owner_key"]
-
-# The advisory key of a 64-bit lock as pg_locks shows it: classid the high half, objid the low one.
-_HELD_KEYS: Final = (
-    "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l "
-    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
-    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-)
 
 #: The ownership statements, with ``{s}`` for the quoted schema.
 OWNER_SQL: Final[dict[str, str]] = {
@@ -48,7 +42,7 @@ OWNER_SQL: Final[dict[str, str]] = {
 INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since) VALUES ($1, $2, $3, now())
 ON CONFLICT (execution_id) DO UPDATE
     SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
-    WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({_HELD_KEYS})
+    WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({HELD_KEYS})
 RETURNING true""",
     # Release: the row goes when the run rests (its newest row a run_end or a pause) or has no rows;
     # a run left mid-step is handed to the fleet instead (no owner), and the workers are told.
@@ -67,7 +61,7 @@ SELECT pg_notify($3, q.execution_id) FROM q""",
     "orphans": f"""
 WITH dead AS (
     SELECT DISTINCT owner_key FROM {{s}}.run_owners WHERE owner_key IS NOT NULL
-    EXCEPT {_HELD_KEYS}
+    EXCEPT {HELD_KEYS}
 )
 SELECT execution_id FROM (
     (SELECT execution_id, since, 1 AS queued FROM {{s}}.run_owners WHERE owner IS NULL
@@ -78,7 +72,7 @@ SELECT execution_id FROM (
 ) found ORDER BY queued, since LIMIT $1""",
     "owned": f"""
 SELECT execution_id FROM {{s}}.run_owners
-WHERE execution_id = ANY($1::text[]) AND owner_key IN ({_HELD_KEYS})""",
+WHERE execution_id = ANY($1::text[]) AND owner_key IN ({HELD_KEYS})""",
     "expired": """
 SELECT execution_id FROM {s}.pending_interrupts WHERE expires_at <= now() ORDER BY expires_at LIMIT $1""",
     "owner_pid": """

@@ -14,7 +14,7 @@ from typing import Final
 
 from .._model import BOOKKEEPING_STEPS, RUN_END
 
-__all__ = ["COLUMN_COUNT", "notice_channel", "statements"]
+__all__ = ["BATCH_COLUMNS", "COLUMN_COUNT", "HELD_KEYS", "notice_channel", "statements"]
 
 _COLS: Final = (
     "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
@@ -48,6 +48,17 @@ _SENT: Final = "(synced OR NOT EXISTS (SELECT 1 FROM {s}.replica))"
 # Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
 # commit; the payload is the id, cut to fit NOTIFY's limit). See ``stores.postgres._notices``.
 _NOTICE: Final = "pg_notify('{n}', left(r.execution_id, 1000))"
+#: The advisory keys held now, as ``pg_locks`` shows a 64-bit key (classid the high half, objid the low).
+HELD_KEYS: Final = (
+    "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+#: A take's conflict clause: the run's ``run_owners`` row (``o``) names the new owner unless a live
+#: owner other than it is recorded (the same check as ``stores.postgres._locks``' ``take``).
+_TAKE_SET: Final = f"""ON CONFLICT (execution_id) DO UPDATE
+        SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
+        WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({HELD_KEYS})"""
 
 _SQL: Final[dict[str, str]] = {
     "append": f"""
@@ -69,6 +80,32 @@ WITH r AS (
     RETURNING execution_id
 )
 SELECT true FROM (SELECT {_NOTICE} FROM r) n""",
+    # "append" carrying the run's ownership ($22: the owner taking it with this row, $23 its key;
+    # $24: the owner whose run_owners row goes with this resting row; NULL: neither, never both).
+    # The take is written only with the row (both under the row's own conditions) and gates it;
+    # ``took`` is false when a live other owner holds the run (the refusal that comes first).
+    "append_own": f"""
+WITH f AS (
+    SELECT ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+           AND {_GUARD} AS fits
+), t AS (
+    INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since)
+    SELECT $2, $22::text, $23::bigint, now() FROM f WHERE $22::text IS NOT NULL AND f.fits
+    {_TAKE_SET}
+    RETURNING true
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    FROM f WHERE f.fits AND ($22::text IS NULL OR EXISTS (SELECT 1 FROM t))
+    RETURNING execution_id, step_type
+), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}')
+), x AS (DELETE FROM {{s}}.run_owners WHERE $24::text IS NOT NULL AND execution_id = $2
+      AND owner = $24::text AND EXISTS (SELECT 1 FROM r))
+SELECT (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS written,
+       ($22::text IS NULL OR EXISTS (SELECT 1 FROM t)
+        OR NOT (SELECT fits FROM f) AND NOT EXISTS (
+            SELECT 1 FROM {{s}}.run_owners o WHERE o.execution_id = $2 AND o.owner IS NOT NULL
+            AND o.owner <> $22::text AND o.owner_key IN ({HELD_KEYS}))) AS took""",
     "pause": f"""
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
@@ -77,7 +114,10 @@ WITH r AS (
     RETURNING execution_id
 ),
 q AS (INSERT INTO {{s}}.pending_interrupts ({_PENDING_COLS})
-      SELECT r.execution_id, $22, $23, $24, $25, $26, $27 FROM r)
+      SELECT r.execution_id, $22, $23, $24, $25, $26, $27 FROM r),
+-- The pause rests the run: $28 (NULL: none) is the owner whose run_owners row goes with it.
+x AS (DELETE FROM {{s}}.run_owners WHERE $28::text IS NOT NULL AND execution_id = $2
+      AND owner = $28::text AND EXISTS (SELECT 1 FROM r))
 SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
     "claim": f"""
 WITH d AS (
@@ -105,13 +145,12 @@ WITH v AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
         $7::text[], $8::text[], $9::json[], $10::text[], $11::integer[], $12::json[], $13::json[],
         $14::text[], $15::json[], $16::text[], $17::text[], $18::timestamptz[], $19::json[],
-        $20::integer[], $21::integer[])
-        WITH ORDINALITY AS v({_COLS}, new_messages, lo, hi, ord)
-), r AS (
-    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages)
-    SELECT {", ".join(f"v.{c.strip()}" for c in _COLS.split(","))}, v.new_messages
-    FROM v
-    -- LATERAL ... LIMIT 1: index probes per row, never a hashed scan of a whole table.
+        $20::integer[], $21::integer[], $22::text[], $23::bigint[], $24::text[])
+        WITH ORDINALITY AS v({_COLS}, new_messages, lo, hi, taker, taker_key, releaser, ord)
+), c AS (
+    -- The rows that fit (the checks of "append"); LATERAL ... LIMIT 1: index probes per row,
+    -- never a hashed scan of a whole table.
+    SELECT v.* FROM v
     LEFT JOIN LATERAL (SELECT true AS found FROM {{s}}.checkpoints e
                        WHERE e.execution_id = v.execution_id LIMIT 1) AS run ON true
     LEFT JOIN LATERAL (SELECT g.message_count AS length FROM {{s}}.checkpoints g
@@ -119,12 +158,28 @@ WITH v AS (
                          AND g.new_messages IS NOT NULL ORDER BY g.seq DESC LIMIT 1) AS log ON true
     WHERE (v.seq <> 0 OR run.found IS NULL)
       AND (v.hi = 0 OR coalesce(log.length, 0) BETWEEN v.lo AND v.hi)
-    ORDER BY v.ord
+), t AS (
+    INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since)
+    SELECT c.execution_id, c.taker, c.taker_key, now() FROM c WHERE c.taker IS NOT NULL
+    {_TAKE_SET}
+    RETURNING execution_id
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages)
+    SELECT {", ".join(f"c.{c.strip()}" for c in _COLS.split(","))}, c.new_messages
+    FROM c WHERE c.taker IS NULL OR c.execution_id IN (SELECT execution_id FROM t)
+    ORDER BY c.ord
     ON CONFLICT DO NOTHING
     RETURNING checkpoint_id, execution_id, step_type
 ), p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
-      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
-SELECT checkpoint_id FROM (SELECT r.checkpoint_id, {_NOTICE} FROM r) n""",
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}')
+), x AS (DELETE FROM {{s}}.run_owners o USING v, r
+      WHERE v.releaser IS NOT NULL AND r.checkpoint_id = v.checkpoint_id
+        AND o.execution_id = v.execution_id AND o.owner = v.releaser)
+SELECT checkpoint_id FROM r""",
+    # The notices of a batch, sent after its commit ($1: the runs that got rows): a transaction
+    # that notifies holds one lock of the whole database from its commit until its commit record
+    # is flushed, so notifying in the rows' own transaction would queue every concurrent commit.
+    "notice": "SELECT count(pg_notify('{n}', left(u.x, 1000))) FROM unnest($1::text[]) AS u(x)",
     "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
     "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
     "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
@@ -219,6 +274,8 @@ SELECT count(*) FROM c""",
 
 #: Arguments of a single-row write: the 18 columns, the chunk and the two log-guard bounds.
 COLUMN_COUNT: Final = 21
+#: Arrays of the ``batch`` statement: a single write's arguments and its ownership (see ``append_own``).
+BATCH_COLUMNS: Final = COLUMN_COUNT + 3
 
 
 def notice_channel(schema: str) -> str:

@@ -10,7 +10,7 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -34,12 +34,12 @@ from .._errors import (
     no_pause,
     reserved_schema,
     run_exists,
-    store_closed,
 )
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._owners import taken
 from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
@@ -48,15 +48,15 @@ from ._appends import GroupAppends, Queued
 from ._connection import (
     LOST_ERRORS,
     advisory_key,
-    connect_lock_connection,
     connect_pool,
     describe,
     read_dsn,
     unavailable,
 )
-from ._locks import OWNER_SQL, LivenessLock, owner_key
+from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
 from ._outbox import Outbox
+from ._owners import LockOwners
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schema import migrate
 from ._sql import notice_channel, statements
@@ -67,7 +67,7 @@ _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 5.0
 
 
-class PostgresStore(BaseStore, GroupAppends, Outbox):
+class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
 
     ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
@@ -170,7 +170,19 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             pending.created_at,
             pending.expires_at,
         )
-        await self._write_planned("pause", row, None, extra)
+        eid = row.execution_id
+        take, release = self._own.riding(eid, True)
+        if take is None and release is None:
+            return await self._write_planned("pause", row, None, (*extra, None))
+        done = False
+        try:
+            plan = self._first_plan(row)  # a row the store refuses is refused before any take
+            await self._taking(
+                eid, take, lambda via: self._write_planned("pause", row, plan, (*extra, release), via=via)
+            )
+            done = True
+        finally:
+            self._own.rode(eid, take, release, done=done)
 
     async def _write_planned(
         self,
@@ -204,6 +216,12 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
     ) -> bool:
         try:
             with self._lost():
+                if kind == "append_own":  # the take is checked first: a refused take is the refusal
+                    rec = await runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                    assert rec is not None
+                    if not rec["took"]:
+                        raise taken(row.execution_id)
+                    return bool(rec["written"])
                 if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
                     kind = "append_step"
                 return bool(await runner.fetchval(self._sql[kind], *args(plan), *extra))
@@ -217,18 +235,29 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
         is already claiming waits for that one: if it won, this one lost without a round trip.
         """
         eid = row.execution_id
-        return await single_claim(
-            ("postgres", self.dsn, self.schema, eid), lambda: self._claim_row(row), lambda: no_pause(eid)
-        )
+        take, _ = self._own.riding(eid, False)
+        if take is None:
+            return await single_claim(
+                ("postgres", self.dsn, self.schema, eid), lambda: self._claim_row(row), lambda: no_pause(eid)
+            )
+        done = False
+        try:  # the run rested here (a pause): its claim takes it again, in one transaction
+            claimed = await self._taking(eid, take, lambda via: self._claim_row(row, via), take_last=True)
+            done = True
+        finally:
+            self._own.rode(eid, take, None, done=done)
+        return claimed
 
-    async def _claim_row(self, row: Checkpoint) -> PendingInterrupt:
+    async def _claim_row(
+        self, row: Checkpoint, via: asyncpg.pool.PoolConnectionProxy | None = None
+    ) -> PendingInterrupt:
         eid = row.execution_id
 
         async def attempt(plan: Plan) -> PendingInterrupt:
-            pool = await self._ready()
+            runner = via if via is not None else await self._ready()
             try:
                 with self._lost():
-                    rec = await pool.fetchrow(self._sql["claim"], *args(plan))
+                    rec = await runner.fetchrow(self._sql["claim"], *args(plan))
             except asyncpg.UniqueViolationError as exc:
                 raise conflict(row, exc) from None
             assert rec is not None
@@ -487,97 +516,6 @@ class PostgresStore(BaseStore, GroupAppends, Outbox):
             rec = await pool.fetchrow(self._sql["cache_intend"], execution_id, key, marker, body, now)
         assert rec is not None
         return rec["value"], bool(rec["recorded"])
-
-    # -- ownership (the shared half is stores._owners.OwnedStore) ----------------------------
-
-    @property
-    def _lock_conn(self) -> asyncpg.Connection | None:
-        """The lock connection holding this store's liveness lock, if open."""
-        return self._liveness.connection
-
-    async def _hold(self) -> str:
-        self._refuse_closed()
-        await self._ready()
-        return await self._liveness.hold()
-
-    async def _take_row(self, execution_id: str, owner: str) -> bool:
-        pool = await self._ready()
-        with self._lost():
-            key = owner_key(self.schema, owner)
-            return bool(await pool.fetchval(self._owner_sql["take"], execution_id, owner, key))
-
-    async def _release_row(self, execution_id: str, owner: str) -> None:
-        pool = await self._ready()
-        with self._lost():
-            await pool.execute(self._owner_sql["release"], execution_id, owner, self.work_channel)
-
-    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
-        pool = await self._ready()
-        with self._lost():
-            return {r[0] for r in await pool.fetch(self._owner_sql["owned"], list(execution_ids))}
-
-    async def _expired_rows(self, limit: int) -> list[str]:
-        pool = await self._ready()
-        with self._lost():
-            return [r[0] for r in await pool.fetch(self._owner_sql["expired"], limit)]
-
-    async def _orphan_rows(self, limit: int) -> list[str]:
-        pool = await self._ready()
-        with self._lost():
-            return [r[0] for r in await pool.fetch(self._owner_sql["orphans"], limit)]
-
-    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
-        pool = await self._ready()
-        with self._lost():
-            return {r[0] for r in await pool.fetch(self._owner_sql["unowned"], list(execution_ids))}
-
-    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
-        """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
-        own); returns the coroutine function that stops listening."""
-        conn = await connect_lock_connection(
-            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
-        )
-
-        def notified(*_: object) -> None:
-            wake()
-
-        with self._lost():
-            await conn.add_listener(self.work_channel, notified)
-
-        async def stop() -> None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-                await conn.close()
-                return
-            conn.terminate()
-
-        return stop
-
-    async def owner_pid(self, execution_id: str) -> int | None:
-        """The server pid of the session holding the liveness lock of the run's owner, if it is alive
-        (what ``tether recover --force`` terminates)."""
-        pool = await self._ready()
-        with self._lost():
-            pid = await pool.fetchval(self._owner_sql["owner_pid"], execution_id)
-        return None if pid is None else int(pid)
-
-    async def terminate_owner(self, execution_id: str) -> int | None:
-        """End the lock session of the run's live owner (an operator's ``tether recover --force``
-        for a frozen process): every run that owner holds is then an orphan. The pid ended, or
-        ``None`` when no live owner holds the run."""
-        pid = await self.owner_pid(execution_id)
-        if pid is None:
-            return None
-        pool = await self._ready()
-        with self._lost():
-            await pool.fetchval("SELECT pg_terminate_backend($1)", pid)
-        return pid
-
-    async def _lock_connection(self) -> asyncpg.Connection:
-        if self._state is StoreState.CLOSED:
-            raise store_closed(self)
-        return await connect_lock_connection(
-            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
-        )
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ runs the conformance suite (tests/stores/test_conformance.py), which checks the 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
@@ -62,6 +62,7 @@ class MemoryDatabase:
 
 
 _instances = itertools.count(1)
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -73,6 +74,9 @@ class MemoryStore:
         self.db = db if db is not None else MemoryDatabase()
         self._max_row_bytes = max_row_bytes
         self._me = next(_instances)
+        self._held: set[str] = set()  # the runs this store holds
+        # Held runs whose lock a resting row (run_end, pause) dropped: the next write takes it again.
+        self._resting: set[str] = set()
 
     async def setup(self) -> None:
         if self.db.schema_version > SCHEMA_VERSION:
@@ -84,6 +88,27 @@ class MemoryStore:
     async def close(self) -> None:
         for eid in [e for e, owner in self.db.locks.items() if owner == self._me]:
             del self.db.locks[eid]
+        self._held.clear()
+        self._resting.clear()
+
+    def _owning(self, eid: str, write: Callable[[], T], *, rests: bool, check: Callable[[], Any]) -> T:
+        """``write()`` with the ownership a held run's row carries: a rested run is taken again
+        (after ``check()``, the row's own validation; refused if another holds it), undone with a
+        failed write; a resting row drops the lock."""
+        if eid in self._resting:
+            self._resting.discard(eid)  # even when refused: the run counts as taken, unlock releases
+            check()
+            if self.db.locks.get(eid) not in (None, self._me):
+                raise RunExists(f"run {eid!r} is owned by another live process or actor")
+            value = write()
+            self.db.locks[eid] = self._me
+        else:
+            value = write()
+        if rests and eid in self._held:
+            if self.db.locks.get(eid) == self._me:
+                del self.db.locks[eid]
+            self._resting.add(eid)
+        return value
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -109,6 +134,14 @@ class MemoryStore:
         self.db.sync[row.checkpoint_id] = (synced, None)
 
     async def append(self, row: Checkpoint) -> None:
+        self._owning(
+            row.execution_id,
+            lambda: self._append(row),
+            rests=row.step_type == RUN_END,
+            check=lambda: self._check(row),
+        )
+
+    def _append(self, row: Checkpoint) -> None:
         self._conflict(row)
         stored = self._check(row)
         self._insert(stored)
@@ -116,13 +149,23 @@ class MemoryStore:
             self.db.pending.pop(stored.execution_id, None)
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
-        self._conflict(row)
-        if row.execution_id in self.db.pending:
-            raise WriteConflict(f"run {row.execution_id!r} is already paused")
+        def check() -> None:
+            self._check_pending(pending)
+            self._check(row)
+
+        self._owning(row.execution_id, lambda: self._append_pause(row, pending), rests=True, check=check)
+
+    def _check_pending(self, pending: PendingInterrupt) -> Any:
         check_execution_id(pending.execution_id)
         for name in ("execution_id", "reason", "node_id", "agent_path"):
             text_field(getattr(pending, name), f"$.{name}")
-        context = json_copy(pending.context, "$.context")
+        return json_copy(pending.context, "$.context")
+
+    def _append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
+        self._conflict(row)
+        if row.execution_id in self.db.pending:
+            raise WriteConflict(f"run {row.execution_id!r} is already paused")
+        context = self._check_pending(pending)
         stored = self._check(row)
         self._insert(stored)
         self.db.pending[stored.execution_id] = PendingInterrupt(
@@ -140,10 +183,13 @@ class MemoryStore:
             raise RunNotFound(f"run {eid!r} has no checkpoints")
         if eid not in self.db.pending:
             raise AlreadyResumed(f"run {eid!r} has no pending interrupt to claim")
+        return self._owning(eid, lambda: self._claim(row), rests=False, check=lambda: self._check(row))
+
+    def _claim(self, row: Checkpoint) -> PendingInterrupt:
         self._conflict(row)
         stored = self._check(row)
         self._insert(stored)
-        return self.db.pending.pop(eid)
+        return self.db.pending.pop(row.execution_id)
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -337,15 +383,21 @@ class MemoryStore:
 
     async def try_lock(self, execution_id: str) -> bool:
         check_execution_id(execution_id)
+        if execution_id in self._held:
+            return False
         owner = self.db.locks.get(execution_id)
         if owner is None:
             self.db.locks[execution_id] = self._me
+            self._held.add(execution_id)
             return True
         return False
 
     async def unlock(self, execution_id: str) -> None:
         check_execution_id(execution_id)
-        if self.db.locks.get(execution_id) == self._me:
+        self._held.discard(execution_id)
+        if execution_id in self._resting:
+            self._resting.discard(execution_id)  # its lock went with its resting row
+        elif self.db.locks.get(execution_id) == self._me:
             del self.db.locks[execution_id]
 
     async def owned(self, execution_ids: Sequence[str]) -> set[str]:

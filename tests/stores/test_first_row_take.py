@@ -25,9 +25,8 @@ async def test_first_row_records_the_take_and_run_end_releases_it(store_backend:
         before = store.transactions if isinstance(store, SQLiteStore) else 0
         assert await store.try_lock_with_first_row("run-a") is True
         assert await store.try_lock_with_first_row("run-a") is False  # held here already
-        if isinstance(store, SQLiteStore):
-            with pytest.raises(OwnershipLost, match="first row is not written"):
-                store.check_owner("run-a")  # nothing acts for the run before its take is written
+        with pytest.raises(OwnershipLost, match="first row is not written"):
+            store.check_owner("run-a")  # nothing acts for the run before its take is written
         await store.append(make_row("run-a", 0))
         store.check_owner("run-a")
         assert await other.try_lock("run-a") is False
@@ -48,12 +47,10 @@ async def test_first_row_refused_while_a_live_owner_holds_the_run(store_backend:
     store, other = await _pair(store_backend)
     try:
         assert await other.try_lock("run-a") is True
-        took = await store.try_lock_with_first_row("run-a")
-        assert took is isinstance(store, SQLiteStore)  # PostgreSQL takes at once, and is refused
-        if took:
-            with pytest.raises(RunExists, match="owned by another live process"):
-                await store.append(make_row("run-a", 0))
-            await store.unlock("run-a")
+        assert await store.try_lock_with_first_row("run-a") is True  # checked with the first row
+        with pytest.raises(RunExists, match="owned by another live process"):
+            await store.append(make_row("run-a", 0))
+        await store.unlock("run-a")
         assert await store.history("run-a") == []
         assert await store.owned(["run-a"]) == {"run-a"}
         assert await store.try_lock("run-a") is False  # still the other's
@@ -74,12 +71,12 @@ async def test_a_pause_releases_with_its_row_and_the_next_write_takes_again(stor
         await store.append_pause(pause, make_pending("run-a", pause))
         if isinstance(store, SQLiteStore):
             assert store.transactions - before == 1  # the pause row, its pending row and the release
-            assert await other.owned(["run-a"]) == set()
-            # A write after the rest takes the run again, checked, in its own transaction.
-            assert await other.try_lock("run-a") is True
-            with pytest.raises(RunExists, match="owned by another live process"):
-                await store.append(make_row("run-a", 2, "run_end", step_type=RUN_END))
-            await other.unlock("run-a")
+        assert await other.owned(["run-a"]) == set()
+        # A write after the rest takes the run again, checked, in its own transaction.
+        assert await other.try_lock("run-a") is True
+        with pytest.raises(RunExists, match="owned by another live process"):
+            await store.append(make_row("run-a", 2, "run_end", step_type=RUN_END))
+        await other.unlock("run-a")
         await store.unlock("run-a")
         assert await other.owned(["run-a"]) == set()
         assert await other.try_lock("run-a") is True

@@ -109,15 +109,11 @@ async def test_a_first_row_records_the_take_and_a_pause_rests_the_run(store_back
             await store.append(first_row("r"))
             assert await other.owned(["r"]) == {"r"} and await other.unowned(["r"]) == set()
             assert not await other.try_lock("r")
-            took = await other.try_lock_with_first_row("r")
-            if store_backend.name == "sqlite":  # SQLite checks the take in the first row's write
-                assert took
-                with pytest.raises(RunExists) as caught:
-                    await other.append(first_row("r"))
-                assert str(caught.value) == "run 'r' is owned by another live process or actor"
-                await other.unlock("r")
-            else:  # PostgreSQL checks it at once
-                assert not took
+            assert await other.try_lock_with_first_row("r")  # the take is checked in the row's write
+            with pytest.raises(RunExists) as caught:
+                await other.append(first_row("r"))
+            assert str(caught.value) == "run 'r' is owned by another live process or actor"
+            await other.unlock("r")
             pause = Checkpoint(
                 execution_id="r",
                 seq=1,

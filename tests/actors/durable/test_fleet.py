@@ -13,7 +13,7 @@ from conftest import Backend
 
 from actors import ActorSystem, Agent, Resume, RunExists, idempotent, interrupt, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RECOVER, AlreadyResumed, Checkpoint, new_id
+from stores import RECOVER, AlreadyResumed, Checkpoint, SQLiteStore, new_id
 
 pytestmark = pytest.mark.anyio
 
@@ -242,6 +242,30 @@ async def test_a_cancelled_serve_hands_a_hung_run_to_the_fleet_after_its_grace(
             assert await system.sweep() == 1
         assert (await system.ref(eid).result()).output == "answer: done g1"
     assert started == ["g1", "g1"]  # the step stopped in flight runs again
+
+
+class _SlowRelease(SQLiteStore):
+    """A SQLite store whose ownership release takes a while (a busy disk, a loaded machine)."""
+
+    async def unlock(self, execution_id: str) -> None:
+        await anyio.sleep(0.5)
+        await super().unlock(execution_id)
+
+
+async def test_a_cancelled_serve_returns_after_the_handed_runs_are_released(tmp_path: Path) -> None:
+    # The activation counts as live until its ownership is released, not only until its steps
+    # stop: a serve that returned has handed its runs over, whatever the release costs.
+    release, started = anyio.Event(), []
+    runner = _waiting_agent(release, started)
+    async with _SlowRelease(tmp_path / "slow.db") as store, ActorSystem(store, runners=[runner]) as system:
+        eid = await system.enqueue(runner, "g3")
+        took = await _serve_until_started(system, started, grace=0.1)
+        assert took >= 0.5, took  # the grace, then the slow release
+        assert (await system.status(eid)).status in ("queued", "orphaned")
+        release.set()
+        with anyio.fail_after(30):
+            assert await system.sweep() == 1
+        assert (await system.ref(eid).result()).output == "answer: done g3"
 
 
 async def test_a_cancelled_serve_lets_a_step_in_flight_reach_its_next_row(store_backend: Backend) -> None:
