@@ -14,7 +14,7 @@ the run answers. Three runners do it, one run after another, each measurement on
   tool, model call), then the manager's model call that answers with the worker's result: 3 model
   calls of the manager and the worker's own, 6 step rows and ``run_end``;
 * flat: the supervisor's work without the delegation, in one ``Agent``: the model asks for
-  ``delegate_to_clerk`` (a plain tool that hands the task back), then for the refund, then answers:
+  ``delegate_to_clerk`` (an async tool that hands the task back), then for the refund, then answers:
   the same tool rows and all but one of the model calls (the worker's answer, which the manager
   reads, is the delegation's), 5 step rows and ``run_end``.
 
@@ -90,8 +90,11 @@ def manager_model(messages: list[Message]) -> str | ModelReply:
 
 
 @tool
-def delegate_to_clerk(task: str) -> str:
-    """Hand ``task`` to the clerk (in one agent: the task comes back to the same conversation)."""
+async def delegate_to_clerk(task: str) -> str:
+    """Hand ``task`` to the clerk (in one agent: the task comes back to the same conversation).
+
+    Async, as the supervisor's own delegate tool runs on the event loop (a sync tool would add a
+    worker-thread hop the supervisor does not make)."""
     return task
 
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ._errors import RowTooLarge, SerializationError, StoreError, check_execution_id
-from ._json import check_str, decode, encode
+from ._json import check_str, decode, encode, encode_many
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 from ._paths import conversation_of
 
@@ -144,61 +144,67 @@ class MessageLogs:
         Raises :class:`SerializationError` (with the path inside the row) or :class:`RowTooLarge`
         before anything is written. The caller must :meth:`forget` the run if the write then fails.
         """
-        _check_text(row, _ROW_TEXT)
+        eid = row.execution_id
+        _check_row_text(row)
         snapshot = row.state_snapshot
         messages = snapshot.get(_MESSAGES) if isinstance(snapshot, dict) else None
-        append: LogAppend | None = None
         log_id: str | None = None
-        count = 0
-        if isinstance(messages, list | tuple):
-            messages = list(messages)
-            rest = {k: v for k, v in snapshot.items() if k != _MESSAGES}
-            log_id, start = self._place(row.execution_id, conversation_of(row.agent_path), messages)
+        count = start = 0
+        if type(messages) is list or isinstance(messages, list | tuple):
+            if type(messages) is not list:
+                messages = list(messages)
+            rest = dict(snapshot)
+            del rest[_MESSAGES]
+            log_id, start = self._place(eid, conversation_of(row.agent_path), messages)
             count = len(messages)
-            bodies = [
-                encode(m, path=f"$.state_snapshot.messages[{i}]")
-                for i, m in enumerate(messages[start:], start)
-            ]
-            if bodies:
-                append = LogAppend(start, b"[" + b",".join(bodies) + b"]")
+            values: list[Any] = [rest, row.node_input, row.node_output, row.interrupt_context]
+            if start < count:
+                values.append(messages[start:])
         else:
             rest = snapshot
-        stored = StoredRow(
-            checkpoint_id=row.checkpoint_id,
-            execution_id=row.execution_id,
-            seq=row.seq,
-            runner=row.runner,
-            node_id=row.node_id,
-            step_index=row.step_index,
-            step_type=row.step_type,
-            status=row.status,
-            state_snapshot=encode(rest, path="$.state_snapshot"),
-            log_id=log_id,
-            message_count=count,
-            node_input=encode(row.node_input, path="$.node_input"),
-            node_output=encode(row.node_output, path="$.node_output"),
-            interrupt_reason=row.interrupt_reason,
-            interrupt_context=encode(row.interrupt_context, path="$.interrupt_context"),
-            agent_path=row.agent_path,
-            parent_checkpoint_id=row.parent_checkpoint_id,
-            created_at=row.created_at,
+            values = [rest, row.node_input, row.node_output, row.interrupt_context]
+        # One check for every JSON column and the new messages (the chunk is the JSON array of them,
+        # the same bytes as encoding each message and joining them); a value the check refuses is
+        # encoded alone, which normalises it or names its path.
+        parts = encode_many(values)
+        if parts is None:
+            parts = _encode_one_by_one(row, rest, messages if log_id is not None else None, start)
+        append = LogAppend(start, parts[4]) if len(parts) > 4 else None
+        state, node_input, node_output, context = parts[0], parts[1], parts[2], parts[3]
+        stored = _stored_row(
+            (
+                row.checkpoint_id,
+                eid,
+                row.seq,
+                row.runner,
+                row.node_id,
+                row.step_index,
+                row.step_type,
+                row.status,
+                state,
+                log_id,
+                count,
+                node_input,
+                node_output,
+                row.interrupt_reason,
+                context,
+                row.agent_path,
+                row.parent_checkpoint_id,
+                row.created_at,
+            )
         )
-        size = (
-            len(stored.state_snapshot)
-            + len(stored.node_input)
-            + len(stored.node_output)
-            + len(stored.interrupt_context)
-            + (len(append.chunk) if append else 0)
-        )
+        size = len(state) + len(node_input) + len(node_output) + len(context)
+        if append is not None:
+            size += len(append.chunk)
         if size > self.max_row_bytes:
-            self.forget(row.execution_id)
+            self.forget(eid)
             raise RowTooLarge(
-                f"row {row.node_id!r} of run {row.execution_id!r} adds {size} bytes, "
+                f"row {row.node_id!r} of run {eid!r} adds {size} bytes, "
                 f"over the store's limit of {self.max_row_bytes}",
                 path="$",
             )
         if row.step_type == RUN_END:
-            self.forget(row.execution_id)  # an ended run writes again only after a reload
+            self.forget(eid)  # an ended run writes again only after a reload
         return stored, append
 
     def _place(self, execution_id: str, conversation: str, messages: list[Any]) -> tuple[str, int]:
@@ -306,6 +312,55 @@ def encode_cache_value(execution_id: str, key: str, value: Any) -> bytes:
         raise SerializationError(f"a value of type {type(key).__name__} is not a str", path="$.key")
     check_str(key, "$.key", SerializationError)
     return encode(value, path="$")
+
+
+def _stored_row(values: tuple[Any, ...]) -> StoredRow:
+    """A :class:`StoredRow` from its column values in order (the tuple is the row, no copy)."""
+    return tuple.__new__(StoredRow, values)
+
+
+def _encode_one_by_one(row: Checkpoint, rest: Any, messages: list[Any] | None, start: int) -> list[bytes]:
+    """The row's JSON columns (and, when ``messages`` has new ones, their chunk) encoded value by
+    value: what :func:`encode_many` refused is normalised here, or refused naming its path."""
+    chunk: bytes | None = None
+    if messages is not None and start < len(messages):
+        bodies = [
+            encode(m, path=f"$.state_snapshot.messages[{i}]") for i, m in enumerate(messages[start:], start)
+        ]
+        chunk = b"[" + b",".join(bodies) + b"]"
+    parts = [
+        encode(rest, path="$.state_snapshot"),
+        encode(row.node_input, path="$.node_input"),
+        encode(row.node_output, path="$.node_output"),
+        encode(row.interrupt_context, path="$.interrupt_context"),
+    ]
+    if chunk is not None:
+        parts.append(chunk)
+    return parts
+
+
+def _check_row_text(row: Checkpoint) -> None:
+    """:func:`_check_text` of a row's text columns, with the common case (every column a str or
+    ``None``, all ASCII without NUL) cleared by one join and two C-level scans."""
+    check_execution_id(row.execution_id)
+    reason, path, parent = row.interrupt_reason, row.agent_path, row.parent_checkpoint_id
+    try:
+        joined = "".join(
+            (
+                row.checkpoint_id,
+                row.runner,
+                row.node_id,
+                row.step_type,
+                row.status,
+                "" if reason is None else reason,
+                "" if path is None else path,
+                "" if parent is None else parent,
+            )
+        )
+    except TypeError:  # a column that is not a str: the per-column check names it
+        joined = "\x00"
+    if "\x00" in joined or not joined.isascii():
+        _check_text(row, _ROW_TEXT)
 
 
 def _check_text(obj: Checkpoint | PendingInterrupt, fields: tuple[str, ...]) -> None:

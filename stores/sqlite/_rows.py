@@ -77,6 +77,8 @@ def ts(value: datetime) -> str:
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         value = value.astimezone(UTC)
+    if value.microsecond:  # the same text; the keyword argument costs as much again
+        return value.isoformat()
     return value.isoformat(timespec="microseconds")
 
 

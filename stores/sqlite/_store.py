@@ -326,9 +326,18 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
             have = 0 if last is None else last[0]
             if (log is not None and have != need) or have < need:
                 raise LogMoved
-        chunk = log.chunk if log is not None else None
+        # JSON columns go as bytearray: the driver binds it as the same BLOB as bytes, without the
+        # adapter lookup it makes for every bytes value.
+        blob = bytearray
+        (cid, eid, seq, runner, node, index, step, status, state, log_id, count, node_input, node_output,
+         reason, context, path, parent, created) = stored  # fmt: skip
+        args = (
+            cid, eid, seq, runner, node, index, step, status, blob(state), log_id, count, blob(node_input),
+            blob(node_output), reason, blob(context), path, parent, ts(created),
+            None if log is None else blob(log.chunk), synced,
+        )  # fmt: skip
         try:
-            conn.execute(INSERT_ROW, (*stored[:-1], ts(stored.created_at), chunk, synced))
+            conn.execute(INSERT_ROW, args)
         except sqlite3.IntegrityError as exc:
             if "checkpoint_id" in str(exc):
                 raise checkpoint_id_taken(eid, stored.checkpoint_id) from exc

@@ -16,6 +16,7 @@ from stores import IdempotencyError, SerializationError, canonical_json
 from stores import decode_json as decode
 from stores import encode_json as encode
 from stores import normalize_json as normalize
+from stores._json import MAX_DEPTH, encode_many
 
 REFUSED: list[tuple[str, Any, str]] = [
     ("nan", {"a": math.nan}, "$.a"),
@@ -155,3 +156,25 @@ def test_allowed_values_round_trip_unchanged(value: Any) -> None:
     assert out == value
     assert msgspec.json.encode(out) == msgspec.json.encode(value)
     assert decode(canonical_json(value)) == value
+
+
+@pytest.mark.parametrize(("label", "value", "path"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_encode_many_refuses_what_encode_refuses(label: str, value: Any, path: str) -> None:
+    assert encode_many([{}, value, [1]]) is None, label
+    assert encode_many([value]) is None, label
+
+
+def test_encode_many_refuses_what_encode_normalises_or_nests_too_deep() -> None:
+    deep: Any = 1
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    assert encode_many([deep]) is None
+    assert encode_many([deep[0]]) == [encode(deep[0])]  # exactly MAX_DEPTH deep
+    assert encode_many([{"t": (1, 2)}]) is None
+    assert encode_many([{"p": Point(1, ())}]) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_values, max_size=6))
+def test_encode_many_gives_the_bytes_of_encode(values: list[Any]) -> None:
+    assert encode_many(values) == [encode(v) for v in values]
