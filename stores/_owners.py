@@ -199,7 +199,8 @@ class OwnedStore:
         release of ``release``. Only for a backend whose :attr:`_rides` is set."""
         raise NotImplementedError
 
-    #: Whether :meth:`_ride` is written (the run's first row and its resting row carry ownership).
+    #: Whether the run's first row and its resting row carry its ownership: through :meth:`_ride`
+    #: (SQLite), or in the rows' own statements (PostgreSQL, ``stores.postgres._appends``).
     _rides: bool = False
 
     # -- the methods ------------------------------------------------------------------------------

@@ -10,11 +10,6 @@ acquire/release (asyncpg's release alone schedules a task).
 A run's ownership rides on its rows where it can: a new run's take is written with its first row
 (checked there, gating it) and a ``run_end`` deletes the run's ``run_owners`` row, in that row's
 statement, so taking and releasing a run cost no round trip of their own.
-
-A batch's notices (``NOTIFY``, for :meth:`~stores.PostgresStore.watch`) follow its commit in a
-statement of their own: in the rows' transaction they would hold a database-wide lock across the
-commit's flush, queueing every concurrent commit behind it. A lone row notifies in its own
-statement (nothing to queue behind it).
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 class Queued:
     """One caller's append waiting in the group-commit queue."""
 
-    __slots__ = ("done", "error", "lead", "own", "plan", "row", "wake")
+    __slots__ = ("_done", "_wake", "error", "finished", "lead", "own", "plan", "row")
 
     def __init__(self, row: Checkpoint, plan: Plan, own: tuple[str | None, int | None, str | None]) -> None:
         self.row = row
@@ -54,13 +49,36 @@ class Queued:
         self.own = own  # the owner taking the run with this row, its key, the owner releasing it
         self.lead = False
         self.error: Exception | None = None
-        self.wake = anyio.Event()  # set when done, or when handed the lead
-        self.done = anyio.Event()
+        self.finished = False
+        # Made by the first wait only: a lone appender, written at once, makes none.
+        self._wake: anyio.Event | None = None  # set when done, or when handed the lead
+        self._done: anyio.Event | None = None
 
     def finish(self, error: Exception | None) -> None:
         self.error = error
-        self.done.set()
-        self.wake.set()
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+        if self._wake is not None:
+            self._wake.set()
+
+    def hand_lead(self) -> None:
+        """Make this waiting appender a flusher."""
+        self.lead = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def wait_turn(self) -> None:
+        """Wait until done, or handed the lead."""
+        if not (self.finished or self.lead):
+            self._wake = self._wake or anyio.Event()
+            await self._wake.wait()
+
+    async def wait_done(self) -> None:
+        """Wait until another flusher wrote this row."""
+        if not self.finished:
+            self._done = self._done or anyio.Event()
+            await self._done.wait()
 
 
 _NO_OWNERSHIP: Final = (None, None, None)
@@ -157,7 +175,7 @@ class GroupAppends:
             item.lead = True
         else:
             try:
-                await item.wake.wait()
+                await item.wait_turn()
             except BaseException:
                 self._abandon(item)
                 raise
@@ -179,9 +197,9 @@ class GroupAppends:
         writer: asyncpg.pool.PoolConnectionProxy | None = None
         broken = False
         try:
-            while not item.done.is_set():
+            while not item.finished:
                 if not self._queue:
-                    await item.done.wait()
+                    await item.wait_done()
                     return
                 batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
                 with anyio.CancelScope(shield=True):  # the batch is other callers' writes too
@@ -242,24 +260,7 @@ class GroupAppends:
             except Exception as exc:
                 broken = broken or isinstance(exc, StoreUnavailable)
                 item.finish(exc)
-        if written:
-            broken = await self._notice(writer, batch, written) or broken
         return broken
-
-    async def _notice(
-        self, writer: asyncpg.pool.PoolConnectionProxy, batch: list[Queued], written: set[str]
-    ) -> bool:
-        """Notify the runs of a committed batch (their watchers read once woken); ``True`` if the
-        connection was lost. A lost notice costs a watcher latency, never a row (it polls too)."""
-        runs = list({item.row.execution_id for item in batch if item.row.checkpoint_id in written})
-        try:
-            with self._lost():
-                await writer.execute(self._sql["notice"], runs)
-        except StoreUnavailable:
-            return True
-        except asyncpg.PostgresError:
-            pass
-        return False
 
     def _hand_off(self) -> None:
         """Give a free flusher slot to the oldest waiting appender."""
@@ -267,9 +268,8 @@ class GroupAppends:
             if self._flushers >= self._max_flushers:
                 return
             if not waiting.lead:
-                waiting.lead = True
                 self._flushers += 1
-                waiting.wake.set()
+                waiting.hand_lead()
                 return
 
     def _abandon(self, item: Queued) -> None:

@@ -1,8 +1,7 @@
 """Hearing of new rows: one ``LISTEN`` connection per store, waking the :class:`RowWatch` es on it.
 
-Every write notifies the schema's channel with the run's id, delivered when it commits: a
-single-row statement in its own transaction, a batch of appends right after its commit
-(``stores.postgres._appends``). The listening connection is opened by the first wait of a watch and
+Every write statement notifies the schema's channel with the run's id (``stores.postgres._sql``),
+delivered when it commits. The listening connection is opened by the first wait of a watch and
 re-opened by a later wait when it was lost; while it is down, watches fall back to polling
 (their waits are bounded in any case), so a lost notice costs latency, never a row.
 """

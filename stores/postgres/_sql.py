@@ -175,11 +175,7 @@ WITH v AS (
 ), x AS (DELETE FROM {{s}}.run_owners o USING v, r
       WHERE v.releaser IS NOT NULL AND r.checkpoint_id = v.checkpoint_id
         AND o.execution_id = v.execution_id AND o.owner = v.releaser)
-SELECT checkpoint_id FROM r""",
-    # The notices of a batch, sent after its commit ($1: the runs that got rows): a transaction
-    # that notifies holds one lock of the whole database from its commit until its commit record
-    # is flushed, so notifying in the rows' own transaction would queue every concurrent commit.
-    "notice": "SELECT count(pg_notify('{n}', left(u.x, 1000))) FROM unnest($1::text[]) AS u(x)",
+SELECT checkpoint_id FROM (SELECT r.checkpoint_id, {_NOTICE} FROM r) n""",
     "newest": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
     "WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1",
     "row_at": f"SELECT {_C_COLS}, {_FULL_LOG} FROM {{s}}.checkpoints c "
