@@ -55,6 +55,7 @@ class Cell:
         "drain",
         "exit_error",
         "exit_request",
+        "first",
         "id",
         "idle_seen",
         "idle_since",
@@ -104,6 +105,9 @@ class Cell:
         self.passivate_when_idle = False
         self.scope: anyio.CancelScope | None = None
         self.processed = 0
+        #: A message handed over at launch: handled before the mailbox is read with no turn of the
+        #: loop before it, even if a stop came first (it counts as taken; then within ``stop_timeout``).
+        self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
 
@@ -273,6 +277,12 @@ class Cell:
     async def _loop(self) -> ExitReason:
         receive = self._recv.receive
         handle = self._handle
+        first, self.first = self.first, None
+        if first is not None:
+            scope = self.scope
+            if self.exit_request is not None and scope is not None:  # a stop came before the task ran
+                scope.deadline = min(scope.deadline, anyio.current_time() + self.spec.stop_timeout)
+            await handle(first)
         while True:
             if self.signal:
                 reason = await self._on_signal()
@@ -360,6 +370,9 @@ class Cell:
             return
         self.accepting = False
         dropped = 0
+        first, self.first = self.first, None
+        if isinstance(first, Failable):  # on_start failed before it was handled
+            first.fail(ActorStopped(f"{self.id} stopped before handling the message"))
         while True:
             try:
                 item = self._recv.receive_nowait()

@@ -125,6 +125,57 @@ class Registry:
         entry.ready.set()
         return ref
 
+    def reserve(self, key: Hashable) -> bool:
+        """Hold ``key`` for an activation that :meth:`activate_reserved` starts later (a spawn writes
+        its first row first); meanwhile others wait for it as for any activation. ``False`` when
+        ``key`` has an entry (an actor live, activating, exiting, or another reservation)."""
+        if key in self._entries:
+            return False
+        self._entries[key] = _Entry()
+        return True
+
+    def reserved(self, key: Hashable) -> bool:
+        """Whether ``key`` is held by :meth:`reserve` and not activated yet."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.cell is None and not entry.ready.is_set()
+
+    def activate_reserved(
+        self,
+        key: Hashable,
+        factory: Callable[[], Actor],
+        message: object,
+        *,
+        mailbox_size: int = 1024,
+        stop_timeout: float = 2.0,
+        bindings: dict[str, object] | None = None,
+    ) -> None:
+        """Start the actor of the reserved ``key`` with ``message`` as its first message, without
+        waiting for ``on_start``: its task runs from the next turn of the loop and handles
+        ``message`` before anything else, even if a stop comes first (a failed ``on_start`` fails it,
+        a :class:`Failable`). ``ActorStopped`` (the key is released) when the system is not running."""
+        entry = self._entries[key]
+        spec = make_spec(
+            factory,
+            name=str(key),
+            restart=Restart.TEMPORARY,
+            mailbox_size=mailbox_size,
+            stop_timeout=stop_timeout,
+            bindings=bindings or {},
+        )
+        try:
+            self._runtime.launch(spec, self._runtime.root, key=key, first=message)
+        except BaseException:
+            self.unreserve(key)
+            raise
+        entry.ready.set()
+
+    def unreserve(self, key: Hashable) -> None:
+        """Give up the reservation of ``key`` if it was not activated (its waiters go on)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.cell is None:
+            del self._entries[key]
+            entry.ready.set()
+
     def bind(self, key: Hashable, cell: Cell) -> None:
         """Attach the new ``cell`` to the pending activation of ``key`` (before its task runs)."""
         entry = self._entries.get(key)

@@ -132,11 +132,26 @@ class ActorRuntime:
 
         The wait is bounded by the actor's own ``on_start``.
         """
+        cell = self.launch(spec, parent, key=key)
+        await cell.started.wait()
+        if cell.start_error is not None:
+            crashed = ActorCrashed(f"{cell.id} failed in on_start: {cell.start_error!r}", actor_id=cell.id)
+            crashed.__cause__ = cell.start_error
+            raise crashed
+        return cell.ref
+
+    def launch(
+        self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None, first: object = None
+    ) -> Cell:
+        """Start ``spec`` under ``parent`` without waiting: its task runs from the next turn of the
+        event loop (``ActorStopped`` if the system is not running); ``first``, if given, is its first
+        message (see ``Cell.first``). Its mailbox takes messages at once."""
         tg = self._tg
         if tg is None or self._closing or parent.closing:
             raise ActorStopped("the actor system is not running")
         actor_id = spec.name if spec.name is not None else f"actor-{next(self._ids)}"
         cell = Cell(self, spec, parent, actor_id, key)
+        cell.first = first
         if key is not None:
             self.registry.bind(key, cell)
         parent.attach(cell)
@@ -144,12 +159,7 @@ class ActorRuntime:
         if spec.idle_timeout is not None:
             self._watch_idle(cell, spec.idle_timeout)
         tg.start_soon(cell.run)
-        await cell.started.wait()
-        if cell.start_error is not None:
-            crashed = ActorCrashed(f"{actor_id} failed in on_start: {cell.start_error!r}", actor_id=actor_id)
-            crashed.__cause__ = cell.start_error
-            raise crashed
-        return cell.ref
+        return cell
 
     def cell_exited(self, cell: Cell) -> None:
         self._cells.discard(cell)

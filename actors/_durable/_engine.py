@@ -117,6 +117,15 @@ class RunEngine(Level):
         self._transcript, self._turn = Transcript(messages), 0
         return TakeTurn(0)
 
+    async def opening(self, messages: Sequence[Message]) -> Next | None:
+        if self.agent.max_turns < 1:
+            return None  # the first step refuses the run (MaxTurnsExceeded)
+        self.rows.start_at(0)
+        await self.begin(messages)
+        row = self._turn_row(0)
+        await self._append(row)
+        return TakeTurn(0, row)
+
     async def reenter(self, plan: Plan) -> Next:
         step = plan.step
         if conversation_of(step.agent_path) == self.path:
@@ -136,30 +145,22 @@ class RunEngine(Level):
 
     async def _step(self, step: Step) -> Next:
         match step:
-            case TakeTurn(turn=turn):
-                return await self._take_turn(turn)
+            case TakeTurn(turn=turn, row=row):
+                return await self._take_turn(turn, row)
             case RunTool(turn=turn, index=index):
                 return await self._run_tool(turn, index)
             case RerunTool(turn=turn, index=index, decision=decision, after_pause=after_pause):
                 return await self._rerun_tool(turn, index, decision, after_pause)
         raise TypeError(f"unknown step {step!r}")  # pragma: no cover
 
-    async def _take_turn(self, turn: int) -> Step | Outcome:
-        """Model call ``turn``: its row, the call, then the reply's first tool call (or the answer)."""
+    async def _take_turn(self, turn: int, row: Checkpoint | None = None) -> Step | Outcome:
+        """Model call ``turn``: its row (unless ``row`` is written already), the call, then the
+        reply's first tool call (or the answer)."""
         transcript = self._transcript
         self._turn = turn
-        if turn >= self.agent.max_turns:
-            raise MaxTurnsExceeded(
-                self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
-            )
-        row = self._row(
-            node_id=f"turn:{turn}",
-            step_type=LLM_CALL,
-            turn=turn,
-            transcript=transcript,
-            node_input=self._reissue(),
-        )
-        await self._append(row)
+        if row is None:
+            row = self._turn_row(turn)
+            await self._append(row)
         with text_sink(self.rows.log.text_sink(row)):
             answer = await self.agent.model.complete(transcript.messages, self._schemas)
         reply = take_in(answer, transcript, model=self.agent.model)
@@ -168,6 +169,20 @@ class RunEngine(Level):
             return Answered(reply.text)
         self._calls = list(reply.tool_calls)
         return RunTool(turn, 0)
+
+    def _turn_row(self, turn: int) -> Checkpoint:
+        """The ``turn:N`` row of model call ``turn`` (``MaxTurnsExceeded`` past the agent's turns)."""
+        if turn >= self.agent.max_turns:
+            raise MaxTurnsExceeded(
+                self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
+            )
+        return self._row(
+            node_id=f"turn:{turn}",
+            step_type=LLM_CALL,
+            turn=turn,
+            transcript=self._transcript,
+            node_input=self._reissue(),
+        )
 
     async def _run_tool(self, turn: int, index: int) -> Next:
         """Tool call ``index`` of the reply of ``turn``: a row, then the call; past the last, the next turn."""

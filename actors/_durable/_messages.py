@@ -103,9 +103,11 @@ RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel | GiveUp
 
 
 class TakeTurn(msgspec.Struct, tag="take_turn", frozen=True):
-    """A step of the run itself: write the ``turn:N`` row and call the model."""
+    """A step of the run itself: write the ``turn:N`` row and call the model (``row``: the row is
+    written already, by the caller of ``spawn``; only the call is left)."""
 
     turn: int
+    row: Checkpoint | None = None
 
 
 class RunTool(msgspec.Struct, tag="run_tool", frozen=True):

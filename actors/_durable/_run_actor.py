@@ -30,6 +30,7 @@ from ._messages import (
     GiveUp,
     HandedOff,
     Recover,
+    Reply,
     Request,
     ResumeRun,
     RunMessage,
@@ -44,11 +45,31 @@ if TYPE_CHECKING:
     from ._follow import EventHub
     from .topologies import Runner
 
-__all__ = ["RunActor"]
+__all__ = ["Opening", "RunActor"]
 
 _log = tether_logger()
 #: Bound on releasing the ownership lock after an activation (shielded).
 _UNLOCK_TIMEOUT = 5.0
+#: Bound on writing a spawn's first row from its caller's task (shielded, so its outcome is known).
+_OPEN_TIMEOUT = 30.0
+
+
+class Opening:
+    """A spawn whose ownership take and first row are written by the caller of ``spawn``, in its own
+    task (:meth:`RunActor.open`), before the run's actor starts and drives the rest.
+
+    So the row is queued in the turn of the event loop that ``spawn`` is called in (no task start,
+    no mailbox hop before it), and the caller wakes as it commits: an awaited ``spawn`` costs one
+    commit, shared with whatever else is queued then.
+    """
+
+    __slots__ = ("engine", "messages", "next", "reply")
+
+    def __init__(self, messages: list[Message], reply: Reply) -> None:
+        self.messages = messages
+        self.reply = reply
+        self.engine: Level | None = None
+        self.next: Next | None = None  # the step after the first row; None: a step writes it
 
 
 class RunActor(Actor):
@@ -63,6 +84,7 @@ class RunActor(Actor):
         execution_id: str,
         live: dict[str, RunActor],
         hub: EventHub | None = None,
+        opening: Opening | None = None,
     ) -> None:
         self.store = store
         self._live = live
@@ -74,12 +96,48 @@ class RunActor(Actor):
         self._abandoned = False
         self._released = False
         self._deferred: deque[Request] = deque()
+        self._opening = opening
         # From the take of the ownership lock to its release (the release included, so a run handed
         # to the fleet is never read as held by this process once it is no longer busy).
         self._active = False
 
     async def on_start(self, ctx: ActorContext) -> None:
         self._live[self.execution_id] = self
+
+    async def open(self, launch: Callable[[], object]) -> None:
+        """The part of a spawn its caller runs (see :class:`Opening`): take the run, write its first
+        row (shielded and bounded, so its outcome is known: the run goes on if the caller is
+        cancelled meanwhile), then ``launch()`` this actor, which drives the rest and releases the
+        take. ``RunExists`` if the run is owned or has rows; whatever failed releases the take."""
+        opening = self._opening
+        assert opening is not None, "open() is for an actor made with an opening"
+        engine = opening.engine = level_of(
+            self.runner, self._rows(opening.reply), self.runner.label, self.runner
+        )
+        take = getattr(self.store, "try_lock_with_first_row", self.store.try_lock)
+        if not await take(self.execution_id):
+            raise RunExists(f"run {self.execution_id!r} is owned by another live process or actor")
+        try:
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
+                opening.next = await engine.opening(opening.messages)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"the first row of run {self.execution_id!r} took over {_OPEN_TIMEOUT} s")
+            launch()
+        except BaseException:
+            self._opening = None
+            await self._unlock()
+            raise
+
+    def _rows(self, reply: Reply) -> RunLog:
+        """The rows of an activation answered to ``reply`` (whose ``started`` its first row sets)."""
+        return RunLog(
+            self.store,
+            self.execution_id,
+            runner=self.runner.name,
+            log=self._log,
+            on_first_row=reply.started.set,
+            after_row=self._stop_if_released,
+        )
 
     @property
     def busy(self) -> bool:
@@ -183,15 +241,11 @@ class RunActor(Actor):
         )
 
     async def _handle(self, ctx: ActorContext, request: Request) -> RunResult:
-        rows = RunLog(
-            self.store,
-            self.execution_id,
-            runner=self.runner.name,
-            log=self._log,
-            on_first_row=request.reply.started.set,
-            after_row=self._stop_if_released,
-        )
-        engine = level_of(self.runner, rows, self.runner.label, self.runner)
+        opening = self._opening
+        if opening is not None and opening.reply is request.reply:
+            self._opening = None
+            return await self._adopt(ctx, opening)
+        engine = level_of(self.runner, self._rows(request.reply), self.runner.label, self.runner)
         message: RunMessage = request.message
         match message:
             case Cancel(reason=reason):
@@ -244,6 +298,16 @@ class RunActor(Actor):
             self._cancel_reason = item.message.reason
         self._deferred.append(item)
 
+    async def _adopt(self, ctx: ActorContext, opening: Opening) -> RunResult:
+        """Drive a spawn whose caller took the run and wrote its first row (:meth:`open`)."""
+        engine, step, messages = opening.engine, opening.next, opening.messages
+        assert engine is not None
+
+        async def first() -> Next:
+            return step if step is not None else await engine.start(messages)
+
+        return await self._owned(ctx, engine, first, refuse=RunExists, taken=True)
+
     async def _owned(
         self,
         ctx: ActorContext,
@@ -252,14 +316,17 @@ class RunActor(Actor):
         *,
         refuse: type[Exception],
         new: bool = False,
+        taken: bool = False,
     ) -> RunResult:
-        """Run the activation holding the run's ownership lock; a cancel of it writes the failed marker.
-        A ``new`` run's take is written with its first row where the store can (one transaction less)."""
-        take = self.store.try_lock
-        if new:
-            take = getattr(self.store, "try_lock_with_first_row", take)
-        if not await take(self.execution_id):
-            raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+        """Run the activation holding the run's ownership lock (``taken``: held already); a cancel of
+        it writes the failed marker. A ``new`` run's take is written with its first row where the
+        store can (one transaction less)."""
+        if not taken:
+            take = self.store.try_lock
+            if new:
+                take = getattr(self.store, "try_lock_with_first_row", take)
+            if not await take(self.execution_id):
+                raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
         self._active = True
         try:
             self._cancel_reason = None
@@ -275,9 +342,13 @@ class RunActor(Actor):
             return result
         finally:
             self._scope = None
-            try:
-                # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-                with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
-                    await self.store.unlock(self.execution_id)
-            finally:
-                self._active = False
+            await self._unlock()
+
+    async def _unlock(self) -> None:
+        """Release the run's ownership lock, shielded and bounded (no longer active once done)."""
+        try:
+            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+                await self.store.unlock(self.execution_id)
+        finally:
+            self._active = False

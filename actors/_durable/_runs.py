@@ -46,7 +46,7 @@ from ._messages import (
     SpawnFork,
 )
 from ._result import RunResult
-from ._run_actor import RunActor
+from ._run_actor import Opening, RunActor
 from .topologies import Runner, Supervisor, Swarm
 
 if TYPE_CHECKING:
@@ -145,10 +145,34 @@ class Runs:
     ) -> RunRef:
         """Start a durable run with ``runner``; raises ``RunExists`` when ``execution_id`` already has rows."""
         run_id, messages = self.first_messages(runner, input, execution_id)
-        if self._runtime.lookup(run_id) is not None:
+        registry = self._runtime.registry
+        if self._runtime.lookup(run_id) is not None or registry.reserved(run_id):
             raise RunExists(f"run {run_id!r} is already live in this process")
         store = await self._store()
-        reply = await self._deliver(store, runner, run_id, Spawn([m.to_dict() for m in messages]))
+        spawn = Spawn([m.to_dict() for m in messages])
+        if not registry.reserve(run_id):  # an actor for the id is on its way out: deliver as usual
+            return await self._started(run_id, await self._deliver(store, runner, run_id, spawn))
+        # The id is held while this task takes the run and writes its first row itself (see
+        # ``Opening``), then the actor starts with the rest: no turn of the loop before the row.
+        self._watch(store)
+        reply = Reply()
+        actor = RunActor(
+            store=store,
+            runner=runner,
+            execution_id=run_id,
+            live=self._live,
+            hub=self._hub,
+            opening=Opening(messages, reply),
+        )
+        request = Request(spawn, reply)
+        try:
+            await actor.open(
+                lambda: registry.activate_reserved(
+                    run_id, lambda: actor, request, bindings={"execution_id": run_id}
+                )
+            )
+        finally:
+            registry.unreserve(run_id)  # when it was not activated
         return await self._started(run_id, reply)
 
     def first_messages(
@@ -341,7 +365,8 @@ class Runs:
 
     async def _started(self, execution_id: str, reply: Reply) -> RunRef:
         """Wait until the new run owns its id and wrote its first row (bounded by that one write)."""
-        await reply.started.wait()
+        if not reply.started.is_set():
+            await reply.started.wait()
         if reply.error is not None and reply.done.is_set():
             raise reply.error
         return RunRef(self, execution_id, reply, start=0)

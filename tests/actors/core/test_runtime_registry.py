@@ -142,3 +142,72 @@ async def test_idle_actors_passivate_and_reactivate() -> None:
             assert ref2 is not ref
             assert await ref2.ask("d", timeout=1) == 4
             assert activations["idle"] == 2
+
+
+class Recorder(Actor):
+    """Records the messages it handles, in order."""
+
+    def __init__(self, seen: list[object]) -> None:
+        self.seen = seen
+
+    async def receive(self, ctx: ActorContext, message: Any) -> Any:
+        self.seen.append(message)
+        return len(self.seen)
+
+
+@pytest.mark.anyio
+async def test_a_reserved_key_holds_other_deliveries_until_its_actor_starts_with_its_first_message() -> None:
+    seen: list[object] = []
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            registry = system.runtime.registry
+            assert registry.reserve("k")
+            assert not registry.reserve("k")
+            assert registry.reserved("k") and registry.lookup("k") is None
+            delivered = anyio.Event()
+
+            async def later() -> None:
+                await system.runtime.deliver("k", lambda: Recorder(seen), "second")
+                delivered.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(later)
+                await anyio.sleep(0.01)
+                assert not delivered.is_set()  # it waits for the reservation
+                registry.activate_reserved("k", lambda: Recorder(seen), "first")
+                assert not registry.reserved("k")
+            ref = registry.lookup("k")
+            assert ref is not None
+            assert await ref.ask("third", timeout=1) == 3
+            assert seen == ["first", "second", "third"]
+
+
+@pytest.mark.anyio
+async def test_a_reservation_given_up_lets_its_waiters_activate_their_own() -> None:
+    seen: list[object] = []
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            registry = system.runtime.registry
+            assert registry.reserve("k")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(system.runtime.deliver, "k", lambda: Recorder(seen), "mine")
+                await anyio.sleep(0.01)
+                registry.unreserve("k")
+            ref = registry.lookup("k")
+            assert ref is not None and await ref.ask("next", timeout=1) == 2
+            assert seen == ["mine", "next"]
+
+
+@pytest.mark.anyio
+async def test_a_first_message_is_handled_even_when_a_stop_comes_before_its_task_runs() -> None:
+    seen: list[object] = []
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            registry = system.runtime.registry
+            assert registry.reserve("k")
+            registry.activate_reserved("k", lambda: Recorder(seen), "first")
+            ref = registry.lookup("k")
+            assert ref is not None
+            await ref.stop()  # requested before the actor's task took its first turn
+            assert seen == ["first"]
+            assert "k" not in registry
