@@ -2,15 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import statistics
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
-__all__ = ["PG_DSN", "Target", "interleaved", "median", "print_table", "print_targets"]
+__all__ = [
+    "PG_DSN",
+    "ROOT",
+    "Target",
+    "interleaved",
+    "measure_child",
+    "median",
+    "print_table",
+    "print_targets",
+]
 
 #: The PostgreSQL server the benchmarks use (``TETHER_PG_DSN`` overrides it, as in the tests).
 PG_DSN = os.environ.get("TETHER_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+#: The project root (a child process of a benchmark runs from here).
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def measure_child(module: str, payload: Any, *, timeout: float, what: str) -> str:
+    """Run ``python -m <module> --measure <payload as JSON>`` from the project root and return the
+    last line it printed (its measurement). Bounded by ``timeout``: a measurement that takes this
+    long is broken, not slow; the child is killed if the wait ends early for any reason.
+    """
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        "--measure",
+        json.dumps(payload),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), timeout)
+    except BaseException:
+        if child.returncode is None:
+            child.kill()
+            await asyncio.shield(child.wait())
+        raise
+    if child.returncode != 0:
+        raise RuntimeError(f"measuring {what} failed:\n{err.decode()}")
+    return out.decode().splitlines()[-1]
 
 
 def median(values: Sequence[float]) -> float:

@@ -34,7 +34,6 @@ import asyncio
 import gc
 import json
 import os
-import sys
 import tempfile
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -45,7 +44,7 @@ import asyncpg
 import msgspec
 
 from actors import ActorSystem, Resume
-from benchmarks._common import PG_DSN
+from benchmarks._common import PG_DSN, measure_child
 from stores import HITL_PAUSE, Checkpoint, PendingInterrupt, PostgresStore, SQLiteStore, Store, new_id, utcnow
 from tether._refund import RefundBot
 
@@ -60,7 +59,6 @@ ANSWER = 'Done: {"refunded":true,"order":"1042","amount":5000}'
 TARGET_BYTES = 16.0
 WARMUP = 2
 CHILD_TIMEOUT = 1800.0
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Sample(NamedTuple):
@@ -228,27 +226,8 @@ async def raw_side(
 
 async def in_child(spec: list[Any]) -> dict[str, Any]:
     """One side, measured in a fresh process of this module (it prints its JSON as its last line)."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "benchmarks.paused_runs",
-        "--measure",
-        json.dumps(spec),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        # Bounded: a measurement that takes this long is broken, not slow.
-        out, err = await asyncio.wait_for(child.communicate(), CHILD_TIMEOUT)
-    except BaseException:
-        if child.returncode is None:
-            child.kill()
-            await asyncio.shield(child.wait())
-        raise
-    if child.returncode != 0:
-        raise RuntimeError(f"measuring {spec[0]} failed:\n{err.decode()}")
-    found: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    last = await measure_child("benchmarks.paused_runs", spec, timeout=CHILD_TIMEOUT, what=str(spec[0]))
+    found: dict[str, Any] = json.loads(last)
     return found
 
 

@@ -56,7 +56,7 @@ import asyncpg
 import msgspec
 
 from actors import ActorSystem, Agent
-from benchmarks._common import PG_DSN, interleaved, median
+from benchmarks._common import PG_DSN, interleaved, measure_child, median
 from stores import Checkpoint, PostgresStore, SQLiteStore
 from tether._refund import RefundBot
 
@@ -67,7 +67,6 @@ ARGS: dict[str, Any] = {"order": "1042", "amount": 20}
 EXPECTED_ROWS = ["turn:0", "turn:0/tool:refund", "turn:1", "run_end"]
 WARMUP = 2
 CHILD_TIMEOUT = 600.0
-ROOT = Path(__file__).resolve().parents[1]
 TARGET_SEQUENTIAL = 1.2
 TARGET_CONCURRENT = 3.0
 #: Awaited spawns one after another against spawns at once (runs/s of batches of ``--concurrency``).
@@ -459,27 +458,13 @@ async def measure_in_child(backend: str, name: str, mode: int, tag: str, runs: i
     behind: a peer's background threads, its imported modules, its garbage. The child prints its
     rate as the last line of its output.
     """
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
+    last = await measure_child(
         "benchmarks.step_path",
-        "--measure",
-        json.dumps([backend, name, mode, tag, runs, str(workdir)]),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        [backend, name, mode, tag, runs, str(workdir)],
+        timeout=CHILD_TIMEOUT,
+        what=f"{backend}/{name}/{mode}",
     )
-    try:
-        # Bounded: a measurement that takes this long is broken, not slow.
-        out, err = await asyncio.wait_for(child.communicate(), CHILD_TIMEOUT)
-    except BaseException:
-        if child.returncode is None:
-            child.kill()
-            await asyncio.shield(child.wait())
-        raise
-    if child.returncode != 0:
-        raise RuntimeError(f"measuring {backend}/{name}/{mode} failed:\n{err.decode()}")
-    return float(out.decode().split()[-1])
+    return float(last.split()[-1])
 
 
 def _measure_here(spec: str) -> None:
