@@ -13,7 +13,7 @@ import anyio
 
 from ._actor import make_spec
 from ._errors import ActorCrashed, ActorStopped
-from ._supervision import Restart
+from ._supervision import ChildSpec, Restart
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -105,15 +105,7 @@ class Registry:
         bindings: dict[str, object],
     ) -> ActorRef:
         entry = self._entries[key] = _Entry()
-        spec = make_spec(
-            factory,
-            name=str(key),
-            restart=Restart.TEMPORARY,
-            mailbox_size=mailbox_size,
-            stop_timeout=stop_timeout,
-            idle_timeout=idle_timeout,
-            bindings=bindings,
-        )
+        spec = _spec(key, factory, mailbox_size, stop_timeout, bindings, idle_timeout=idle_timeout)
         try:
             ref = await self._runtime.spawn(spec, self._runtime.root, key=key)
         except BaseException as exc:
@@ -154,14 +146,7 @@ class Registry:
         ``message`` before anything else, even if a stop comes first (a failed ``on_start`` fails it,
         a :class:`Failable`). ``ActorStopped`` (the key is released) when the system is not running."""
         entry = self._entries[key]
-        spec = make_spec(
-            factory,
-            name=str(key),
-            restart=Restart.TEMPORARY,
-            mailbox_size=mailbox_size,
-            stop_timeout=stop_timeout,
-            bindings=bindings or {},
-        )
+        spec = _spec(key, factory, mailbox_size, stop_timeout, bindings or {})
         try:
             self._runtime.launch(spec, self._runtime.root, key=key, first=message)
         except BaseException:
@@ -195,3 +180,25 @@ class Registry:
             return False
         entry.cell.passivate()
         return True
+
+
+def _spec(
+    key: Hashable,
+    factory: Callable[[], Actor],
+    mailbox_size: int,
+    stop_timeout: float,
+    bindings: dict[str, object],
+    *,
+    idle_timeout: float | None = None,
+) -> ChildSpec:
+    """The spec of the actor for ``key``: named by it, never restarted (a virtual actor activates
+    again on its next message instead)."""
+    return make_spec(
+        factory,
+        name=str(key),
+        restart=Restart.TEMPORARY,
+        mailbox_size=mailbox_size,
+        stop_timeout=stop_timeout,
+        idle_timeout=idle_timeout,
+        bindings=bindings,
+    )
