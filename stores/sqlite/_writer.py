@@ -167,7 +167,10 @@ class GroupCommit:
                 op.future.set_result(value)
             else:
                 op.future.set_exception(value)
-        self._next_batch(loop)
+        # One loop turn later: the callers just answered run first and queue their next writes
+        # (a run's next row, an awaited spawn's next first row), which then share the next batch
+        # instead of each waiting behind a batch posted without them.
+        loop.call_soon(self._next_batch, loop)
 
     def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
         """Run the batch under the file's in-process write mutex (see ``_file_locks``)."""

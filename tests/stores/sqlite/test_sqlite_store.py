@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 from conftest import V1_LOGS, V1_ROWS, check_v1_history
@@ -118,6 +119,37 @@ async def test_group_commit_batches_concurrent_writes(tmp_path: Path) -> None:
         for i in range(64):
             history = await store.history(f"run{i}")
             assert [r.state_snapshot["messages"] for r in history] == [[msg(i)]]
+    finally:
+        await store.close()
+
+
+async def test_a_caller_answered_by_a_batch_writes_next_with_the_rows_queued_meanwhile(
+    tmp_path: Path,
+) -> None:
+    # A writes row 0 (its batch goes to the writer thread); B queues a row while that batch
+    # commits. A's next row, written as soon as A is answered, shares B's batch: the next batch
+    # is formed one loop turn after the answers, not from what was queued before them.
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.setup()
+        await store.append(row("warm", 0))
+        before = store.transactions
+
+        async def first() -> None:
+            await store.append(row("a", 0, [msg(0)]))
+            await store.append(row("a", 1, [msg(0), msg(1)]))
+
+        async def second() -> None:
+            await anyio.lowlevel.checkpoint()  # A's row is queued and its batch posted first
+            await anyio.lowlevel.checkpoint()
+            await store.append(row("b", 0, [msg(2)]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            tg.start_soon(second)
+        assert [r.seq for r in await store.history("a")] == [0, 1]
+        assert [r.seq for r in await store.history("b")] == [0]
+        assert store.transactions - before == 2
     finally:
         await store.close()
 
