@@ -114,9 +114,7 @@ class RunActor(Actor):
         engine = opening.engine = level_of(
             self.runner, self._rows(opening.reply), self.runner.label, self.runner
         )
-        take = getattr(self.store, "try_lock_with_first_row", self.store.try_lock)
-        if not await take(self.execution_id):
-            raise RunExists(f"run {self.execution_id!r} is owned by another live process or actor")
+        await self._take_lock(refuse=RunExists, new=True)
         try:
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
                 opening.next = await engine.opening(opening.messages)
@@ -318,15 +316,10 @@ class RunActor(Actor):
         new: bool = False,
         taken: bool = False,
     ) -> RunResult:
-        """Run the activation holding the run's ownership lock (``taken``: held already); a cancel of
-        it writes the failed marker. A ``new`` run's take is written with its first row where the
-        store can (one transaction less)."""
+        """Run the activation holding the run's ownership lock (``taken``: held already, else taken
+        by :meth:`_take_lock`); a cancel of it writes the failed marker."""
         if not taken:
-            take = self.store.try_lock
-            if new:
-                take = getattr(self.store, "try_lock_with_first_row", take)
-            if not await take(self.execution_id):
-                raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+            await self._take_lock(refuse=refuse, new=new)
         self._active = True
         try:
             self._cancel_reason = None
@@ -343,6 +336,15 @@ class RunActor(Actor):
         finally:
             self._scope = None
             await self._unlock()
+
+    async def _take_lock(self, *, refuse: type[Exception], new: bool) -> None:
+        """Take the run's ownership lock, or raise ``refuse``. A ``new`` run's take is written with
+        its first row where the store can (one transaction less)."""
+        take = self.store.try_lock
+        if new:
+            take = getattr(self.store, "try_lock_with_first_row", take)
+        if not await take(self.execution_id):
+            raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
 
     async def _unlock(self) -> None:
         """Release the run's ownership lock, shielded and bounded (no longer active once done)."""

@@ -154,16 +154,8 @@ class Runs:
             return await self._started(run_id, await self._deliver(store, runner, run_id, spawn))
         # The id is held while this task takes the run and writes its first row itself (see
         # ``Opening``), then the actor starts with the rest: no turn of the loop before the row.
-        self._watch(store)
         reply = Reply()
-        actor = RunActor(
-            store=store,
-            runner=runner,
-            execution_id=run_id,
-            live=self._live,
-            hub=self._hub,
-            opening=Opening(messages, reply),
-        )
+        actor = self._actor(store, runner, run_id, Opening(messages, reply))
         request = Request(spawn, reply)
         try:
             await actor.open(
@@ -349,17 +341,27 @@ class Runs:
             self._watched.add(id(store))
             listen(self._abandon)
 
-    async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
+    def _actor(
+        self, store: Store, runner: Runner, execution_id: str, opening: Opening | None = None
+    ) -> RunActor:
+        """A new actor for the run (this system listens for ``store`` losing its liveness lock)."""
         self._watch(store)
+        return RunActor(
+            store=store,
+            runner=runner,
+            execution_id=execution_id,
+            live=self._live,
+            hub=self._hub,
+            opening=opening,
+        )
+
+    async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
         reply = Reply()
-
-        def activate() -> RunActor:
-            return RunActor(
-                store=store, runner=runner, execution_id=execution_id, live=self._live, hub=self._hub
-            )
-
         await self._runtime.deliver(
-            execution_id, activate, Request(message, reply), bindings={"execution_id": execution_id}
+            execution_id,
+            lambda: self._actor(store, runner, execution_id),
+            Request(message, reply),
+            bindings={"execution_id": execution_id},
         )
         return reply
 
