@@ -71,15 +71,24 @@ _PRUNE_SKELETON: Final = (
 )
 
 
+# Two and three digits of a number, zero-padded: a timestamp is built from these by indexing, where
+# formatting its seven numbers (``isoformat`` or ``%``) costs ~1.3K instructions each.
+_DIGITS2: Final = tuple(f"{i:02d}" for i in range(100))
+_DIGITS3: Final = tuple(f"{i:03d}" for i in range(1000))
+
+
 def ts(value: datetime) -> str:
-    """A fixed-width, sortable UTC timestamp (naive datetimes are taken as UTC)."""
+    """A fixed-width, sortable UTC timestamp (naive datetimes are taken as UTC): the
+    ``isoformat`` of the UTC time with microseconds, ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00``."""
     if value.tzinfo is not UTC:  # the common case (utcnow()) needs no conversion
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         value = value.astimezone(UTC)
-    if value.microsecond:  # the same text; the keyword argument costs as much again
-        return value.isoformat()
-    return value.isoformat(timespec="microseconds")
+    d2, year, micro = _DIGITS2, value.year, value.microsecond
+    return (
+        f"{d2[year // 100]}{d2[year % 100]}-{d2[value.month]}-{d2[value.day]}T{d2[value.hour]}:"
+        f"{d2[value.minute]}:{d2[value.second]}.{_DIGITS3[micro // 1000]}{_DIGITS3[micro % 1000]}+00:00"
+    )
 
 
 def dt(value: str) -> datetime:
