@@ -10,8 +10,8 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -46,12 +46,11 @@ from .._reentry import resolve_forkable, resolve_reentry
 from .._watch import RowWatch
 from ._appends import GroupAppends, Queued
 from ._connection import (
-    LOST_ERRORS,
+    Lost,
     advisory_key,
     connect_pool,
     describe,
     read_dsn,
-    unavailable,
 )
 from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
@@ -92,6 +91,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
             raise reserved_schema(schema)
         super().__init__(max_row_bytes=max_row_bytes)
         self.dsn = read_dsn(dsn)
+        self._lost_guard = Lost(self.dsn)
         self.schema = schema
         self._min_size = min_size
         self._max_size = max_size
@@ -519,10 +519,6 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
 
     # -- errors -------------------------------------------------------------------------------
 
-    @contextmanager
-    def _lost(self) -> Iterator[None]:
-        """Turn a lost connection into :class:`StoreUnavailable` naming the host."""
-        try:
-            yield
-        except (*LOST_ERRORS, asyncpg.InsufficientPrivilegeError) as exc:
-            raise unavailable(self.dsn, exc) from None
+    def _lost(self) -> AbstractContextManager[None]:
+        """Turn a lost connection into :class:`StoreUnavailable` naming the host (:class:`Lost`)."""
+        return self._lost_guard
