@@ -108,6 +108,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._flushers = 0
         self._max_flushers = max_flushers
         self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
+        self._prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]] = {}
         self._notices = RowNotices(dsn, notice_channel(schema), connect_timeout=connect_timeout)
 
     def __repr__(self) -> str:
@@ -146,6 +147,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._state = StoreState.CLOSED
         pool, self._pool = self._pool, None
         writers, self._writers = self._writers, []
+        self._prepared.clear()
         await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._liveness.close()
@@ -216,15 +218,30 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
     ) -> bool:
         try:
             with self._lost():
+                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
+                    kind = "append_step"
+                # A kept writer runs the statement it prepared (see ``GroupAppends._prepare``).
+                prepared = self._prepared.get(runner)
+                statement = None
+                if prepared is not None:
+                    statement = prepared.get(kind) or await self._prepare(runner, prepared, kind)  # type: ignore[arg-type]
                 if kind == "append_own":  # the take is checked first: a refused take is the refusal
-                    rec = await runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                    rec = await (
+                        runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                        if statement is None
+                        else statement.fetchrow(*args(plan), *extra)
+                    )
                     assert rec is not None
                     if not rec["took"]:
                         raise taken(row.execution_id)
                     return bool(rec["written"])
-                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
-                    kind = "append_step"
-                return bool(await runner.fetchval(self._sql[kind], *args(plan), *extra))
+                return bool(
+                    await (
+                        runner.fetchval(self._sql[kind], *args(plan), *extra)
+                        if statement is None
+                        else statement.fetchval(*args(plan), *extra)
+                    )
+                )
         except asyncpg.UniqueViolationError as exc:
             raise conflict(row, exc) from None
 
