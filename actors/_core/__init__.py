@@ -15,6 +15,7 @@ from ._errors import (
     MailboxFull,
     RestartIntensityExceeded,
 )
+from ._event import LazyEvent
 from ._log import LOGGER, tether_logger
 from ._mailbox import Failable
 from ._ref import ActorInfo, ActorRef
@@ -34,6 +35,7 @@ __all__ = [
     "AskTimeout",
     "ChildSpec",
     "Failable",
+    "LazyEvent",
     "MailboxFull",
     "Restart",
     "RestartIntensityExceeded",

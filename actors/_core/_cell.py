@@ -16,6 +16,7 @@ from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBl
 
 from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
+from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import WAKE, ExitReason, Failable
 from ._ref import ActorRef, Ask, current_cell
@@ -45,7 +46,6 @@ class Cell:
     """Runs one actor: its hooks, its mailbox and its place in the supervision tree."""
 
     __slots__ = (
-        "_exited",
         "_recv",
         "_send",
         "accepting",
@@ -55,6 +55,7 @@ class Cell:
         "drain",
         "exit_error",
         "exit_request",
+        "exited",
         "first",
         "id",
         "idle_seen",
@@ -93,10 +94,12 @@ class Cell:
         self.actor: Actor = spec.factory()
         self.ctx = ActorContext(self)
         self.node: SupervisionNode | None = None
-        self.started = anyio.Event()
+        #: Set once the first ``on_start`` ran (or failed) or the task ended; rarely awaited (``spawn``).
+        self.started = LazyEvent()
         self.start_error: BaseException | None = None
         self.done = False
-        self._exited: anyio.Event | None = None  # built on demand: most actors are never awaited
+        #: Set once the actor's task has finished all its clean-up; most actors are never awaited.
+        self.exited = LazyEvent()
         self.accepting = True
         self.signal = False
         self.exit_request: ExitReason | None = None
@@ -110,16 +113,6 @@ class Cell:
         self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
-
-    @property
-    def exited(self) -> anyio.Event:
-        """Set once the actor's task has finished all its clean-up."""
-        event = self._exited
-        if event is None:
-            event = self._exited = anyio.Event()
-            if self.done:
-                event.set()
-        return event
 
     # -- requests from other tasks (synchronous: they never wait behind the mailbox) --------------
 
@@ -394,5 +387,4 @@ class Cell:
         self.runtime.cell_exited(self)
         self.started.set()
         self.done = True
-        if self._exited is not None:
-            self._exited.set()
+        self.exited.set()

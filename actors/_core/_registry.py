@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-import anyio
-
 from ._actor import make_spec
 from ._errors import ActorCrashed, ActorStopped
+from ._event import LazyEvent
 from ._supervision import ChildSpec, Restart
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ class _Entry:
     __slots__ = ("cell", "error", "ready")
 
     def __init__(self) -> None:
-        self.ready = anyio.Event()
+        self.ready = LazyEvent()  # awaited only by a caller that finds the activation under way
         self.cell: Cell | None = None
         self.error: BaseException | None = None
 

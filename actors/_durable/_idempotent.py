@@ -43,12 +43,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-import anyio
 import anyio.from_thread
 
 from stores import IdempotencyError, Store, canonical_json, new_id
 from stores import normalize_json as normalize
 
+from .._core import LazyEvent
 from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
 
@@ -94,7 +94,7 @@ class _Flight:
 
     def __init__(self, key: _FlightKey) -> None:
         self.key = key
-        self.done = anyio.Event()
+        self.done = LazyEvent()  # awaited only by a concurrent call of the same key
         self.value: Any = None
         self.error: Exception | None = None
         self.abandoned = False

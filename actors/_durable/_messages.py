@@ -8,14 +8,13 @@ one of them to the run actor with the :class:`Reply` slot its sender waits on (i
 
 from typing import Any
 
-import anyio
 import msgspec
 
 from stores import Checkpoint, PendingInterrupt
 from stores import decode_json as decode
 from stores import encode_json as encode
 
-from .._core import Failable
+from .._core import Failable, LazyEvent
 from ..models import Message
 from ._result import RunResult
 
@@ -173,8 +172,9 @@ class Reply:
     __slots__ = ("done", "error", "result", "started")
 
     def __init__(self) -> None:
-        self.started = anyio.Event()
-        self.done = anyio.Event()
+        # Most replies are never awaited unset (a spawn's first row is down before ``spawn`` checks).
+        self.started = LazyEvent()
+        self.done = LazyEvent()
         self.result: RunResult | None = None
         self.error: BaseException | None = None
 

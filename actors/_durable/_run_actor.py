@@ -317,16 +317,31 @@ class RunActor(Actor):
         taken: bool = False,
     ) -> RunResult:
         """Run the activation holding the run's ownership lock (``taken``: held already, else taken
-        by :meth:`_take_lock`); a cancel of it writes the failed marker."""
+        by :meth:`_take_lock`); a cancel of it writes the failed marker. The lock is released last,
+        shielded and bounded: by the activation's own scope when nothing cancelled the steps (one
+        scope less per activation), else by :meth:`_unlock`."""
         if not taken:
             await self._take_lock(refuse=refuse, new=new)
         self._active = True
         try:
             self._cancel_reason = None
             self._abandoned = False
+            released = False
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 result = await self._steps(ctx, engine, first)
+                self._scope = None
+                if not scope.cancel_called:
+                    self._refuse_abandoned()
+                    self._refuse_released()
+                    # Nothing can cancel this scope any more (no step in flight): from here it is
+                    # the release's, shielded and bounded as in _unlock; a cut release stays quiet.
+                    released = True
+                    scope.shield = True
+                    scope.deadline = anyio.current_time() + _UNLOCK_TIMEOUT
+                    await self._release()
+            if released:
+                return result
             self._scope = None
             self._refuse_abandoned()
             self._refuse_released()
@@ -335,7 +350,8 @@ class RunActor(Actor):
             return result
         finally:
             self._scope = None
-            await self._unlock()
+            if self._active:
+                await self._unlock()
 
     async def _take_lock(self, *, refuse: type[Exception], new: bool) -> None:
         """Take the run's ownership lock, or raise ``refuse``. A ``new`` run's take is written with
@@ -348,9 +364,13 @@ class RunActor(Actor):
 
     async def _unlock(self) -> None:
         """Release the run's ownership lock, shielded and bounded (no longer active once done)."""
+        # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
+        with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+            await self._release()
+
+    async def _release(self) -> None:
+        """Release the run's ownership lock (call shielded and bounded); no longer active once done."""
         try:
-            # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-            with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
-                await self.store.unlock(self.execution_id)
+            await self.store.unlock(self.execution_id)
         finally:
             self._active = False
