@@ -1,14 +1,18 @@
-"""Instructions per run under callgrind: a deterministic split of a SQLite run, for A/B on a busy machine.
+"""Instructions per run under callgrind: a deterministic split of a run, for A/B on a busy machine.
 
-    python -m benchmarks.instructions [--runs 100] [--tiny]
+    python -m benchmarks.instructions [--runs 100] [--backend sqlite|postgres] [--tiny]
 
-The contenders of :mod:`benchmarks.step_costs` (the small refund's 4 rows a run on SQLite, WAL,
-``synchronous=FULL``): raw (aiosqlite, no framework), store (``SQLiteStore.append`` of a real run's
-4 rows) and tether (the whole run through ``ActorSystem.spawn``). Each runs in a child process
-under ``valgrind --tool=callgrind``, twice: with ``--runs`` runs and with twice as many, one after
-another on a fresh file after the same warm-up, each child checking ``--runs`` of its runs; the
-difference divided by ``--runs`` is the instructions one run costs, every thread of the process
-counted (the writer thread's SQLite work too), start-up, warm-up and the check cancelled out. Valgrind counts instructions, not time: the same tree gives the same figure whatever else the
+The contenders of :mod:`benchmarks.step_costs` (the small refund's 4 rows a run): raw (the driver,
+no framework: step_path's raw contender), store (the store's ``append`` of a real run's 4 rows) and
+tether (the whole run through ``ActorSystem.spawn``), on SQLite (WAL, ``synchronous=FULL``;
+aiosqlite, ``SQLiteStore``) or, with ``--backend postgres``, PostgreSQL (``synchronous_commit=on``;
+asyncpg, ``PostgresStore``, each on a fresh schema; :data:`benchmarks._common.PG_DSN`). Each runs
+in a child process under ``valgrind --tool=callgrind``, twice: with ``--runs`` runs and with twice
+as many, one after another on a fresh database after the same warm-up, each child checking
+``--runs`` of its runs; the difference divided by ``--runs`` is the instructions one run costs,
+every thread of the process counted (the SQLite writer thread's work too), start-up, warm-up and
+the check cancelled out. On PostgreSQL only the client process is counted: the server is another
+process, so its work on the statements is not in the figures. Valgrind counts instructions, not time: the same tree gives the same figure whatever else the
 machine runs, so two trees can be compared on a shared machine where timings move several-fold.
 It prints each contender's instructions per run and its ratio to raw, and the split of
 :mod:`benchmarks.step_costs`: framework (tether minus store), store over raw. Compare trees by
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -28,29 +33,83 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.step_path import WARMUP, Contender, RawSQLite, Tether
+import msgspec
 
-__all__ = ["CONTENDERS", "instructions_per_run", "main"]
+from benchmarks._common import PG_DSN
+from benchmarks.step_path import (
+    WARMUP,
+    Contender,
+    RawPostgres,
+    RawSQLite,
+    Tether,
+    _drop_schema,
+    check_rows,
+)
+from stores import Checkpoint, PostgresStore, new_id, utcnow
+
+__all__ = ["BACKENDS", "CONTENDERS", "instructions_per_run", "main"]
 
 CONTENDERS = ("raw", "store", "tether")
+BACKENDS = ("sqlite", "postgres")
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+_LABELS = {
+    "sqlite": "SQLite (WAL, synchronous=FULL)",
+    "postgres": "PostgreSQL (synchronous_commit=on), the client process only (the server is not counted)",
+}
 
 
-async def _contender(name: str, workdir: Path) -> Contender:
+class StoreOnlyPostgres(Contender):
+    """step_costs' store contender on PostgreSQL: the 4 rows of a tether run appended with
+    ``PostgresStore.append`` on a fresh schema, with no framework."""
+
+    name = "store"
+    backend = "postgres"
+    tool_calls = 0  # the store alone runs no tool
+    SCHEMA = f"bench_instr_store_{os.getpid()}"  # per process: runs may overlap
+
+    def __init__(self, rows: list[Checkpoint]) -> None:
+        self._rows = rows
+        self._store: PostgresStore | None = None
+
+    async def open(self, tag: str) -> None:
+        await _drop_schema(self.SCHEMA)
+        self._store = PostgresStore(PG_DSN, schema=self.SCHEMA)
+        await self._store.setup()
+
+    async def one(self, run_id: str) -> None:
+        assert self._store is not None
+        for row in self._rows:
+            await self._store.append(
+                msgspec.structs.replace(row, execution_id=run_id, checkpoint_id=new_id(), created_at=utcnow())
+            )
+
+    async def verify(self, run_ids: list[str]) -> None:
+        assert self._store is not None
+        await check_rows(self.name, self._store.history, run_ids)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+            await _drop_schema(self.SCHEMA)
+
+
+async def _contender(name: str, backend: str, workdir: Path) -> Contender:
     if name == "raw":
-        return RawSQLite(workdir)
+        return RawSQLite(workdir) if backend == "sqlite" else RawPostgres(1)
     if name == "store":
         from benchmarks.step_costs import StoreOnly, template_rows
 
-        return StoreOnly(workdir, await template_rows(workdir))
-    return Tether("sqlite", workdir)
+        rows = await template_rows(workdir)  # a run's rows, whatever store wrote them
+        return StoreOnly(workdir, rows) if backend == "sqlite" else StoreOnlyPostgres(rows)
+    return Tether(backend, workdir)
 
 
-async def _child(name: str, runs: int, verified: int) -> None:
+async def _child(name: str, backend: str, runs: int, verified: int) -> None:
     """The work one valgrind child counts: warm-up, ``runs`` runs, then the check of the last
     ``verified`` of them (raw checks its whole table in one query)."""
     with tempfile.TemporaryDirectory(prefix="tether-instr-") as tmp:
-        contender = await _contender(name, Path(tmp))
+        contender = await _contender(name, backend, Path(tmp))
         await contender.open("counted")
         try:
             # step_path's warm-up runs first: both counts include them, so they cancel out.
@@ -64,8 +123,9 @@ async def _child(name: str, runs: int, verified: int) -> None:
             await contender.close()
 
 
-def _count(name: str, runs: int, verified: int) -> int:
-    """Instructions of one child doing the warm-up and ``runs`` runs of ``name``, checking ``verified``."""
+def _count(name: str, backend: str, runs: int, verified: int) -> int:
+    """Instructions of one child doing the warm-up and ``runs`` runs of ``name`` on ``backend``,
+    checking ``verified``."""
     result = subprocess.run(
         [
             "valgrind",
@@ -76,6 +136,8 @@ def _count(name: str, runs: int, verified: int) -> int:
             "benchmarks.instructions",
             "--child",
             name,
+            "--backend",
+            backend,
             "--runs",
             str(runs),
             "--verified",
@@ -92,17 +154,15 @@ def _count(name: str, runs: int, verified: int) -> int:
     return int(found.group(1))
 
 
-def instructions_per_run(name: str, runs: int) -> float:
+def instructions_per_run(name: str, runs: int, backend: str = "sqlite") -> float:
     """(instructions with ``2 * runs`` runs - instructions with ``runs``) / ``runs``: both children
     check ``runs`` runs (every run of the first, the last half of the second), so the check's own
     reads cancel out with the start-up and the warm-up."""
-    return (_count(name, 2 * runs, runs) - _count(name, runs, runs)) / runs
+    return (_count(name, backend, 2 * runs, runs) - _count(name, backend, runs, runs)) / runs
 
 
-def report(counts: dict[str, float], runs: int) -> None:
-    print(
-        f"instructions per run under callgrind, SQLite (WAL, synchronous=FULL): {runs} runs one after another"
-    )
+def report(counts: dict[str, float], runs: int, backend: str = "sqlite") -> None:
+    print(f"instructions per run under callgrind, {_LABELS[backend]}: {runs} runs one after another")
     header = f"{'contender':<10}{'instructions/run':>18}{'x raw':>8}"
     print(header)
     print("-" * len(header))
@@ -123,17 +183,19 @@ def report(counts: dict[str, float], runs: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="counted runs per child")
+    parser.add_argument("--backend", choices=BACKENDS, default="sqlite", help="the store and driver")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (tether, 2 runs)")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--verified", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        asyncio.run(_child(args.child, args.runs, args.verified))
+        asyncio.run(_child(args.child, args.backend, args.runs, args.verified))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
     names, runs = (("tether",), 2) if args.tiny else (CONTENDERS, args.runs)
-    report({name: instructions_per_run(name, runs) for name in names}, runs)
+    counts = {name: instructions_per_run(name, runs, args.backend) for name in names}
+    report(counts, runs, args.backend)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ through the single-row statement and the re-plan loop, for its exact error. A ca
 fewer than ``max_flushers`` batches in flight writes the queue itself; the others wait and are
 handed the lead when a flusher finishes. A lone appender writes its row at once. Flushers keep
 their pool connection between flushes (at most one each), so an append costs no pool
-acquire/release (asyncpg's release alone schedules a task).
+acquire/release (asyncpg's release alone schedules a task), and run a single row's statement
+prepared once on that connection (no statement-cache lookup per append).
 
 A run's ownership rides on its rows where it can: a new run's take is written with its first row
 (checked there, gating it) and a ``run_end`` deletes the run's ``run_owners`` row, in that row's
@@ -106,6 +107,8 @@ class GroupAppends:
     _flushers: int
     _max_flushers: int
     _writers: list[asyncpg.pool.PoolConnectionProxy]
+    #: The statements prepared on each writer taken from the pool, by kind (dropped with the writer).
+    _prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]]
 
     async def _ready(self) -> asyncpg.Pool:
         raise NotImplementedError
@@ -216,20 +219,33 @@ class GroupAppends:
             writer = self._writers.pop()
             if usable(writer):
                 return writer
+            self._prepared.pop(writer, None)  # lost: the pool has taken it back
         return None
 
     async def _take_writer(self, pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
         with self._lost():
             conn: asyncpg.pool.PoolConnectionProxy = await pool.acquire(timeout=self._connect_timeout)
+        self._prepared[conn] = {}
         return conn
+
+    async def _prepare(
+        self, writer: asyncpg.pool.PoolConnectionProxy, prepared: dict[str, Any], kind: str
+    ) -> asyncpg.prepared_stmt.PreparedStatement:
+        """Prepare the statement ``kind`` on ``writer`` once: every later write of that kind on
+        it skips the driver's statement-cache lookup."""
+        statement: asyncpg.prepared_stmt.PreparedStatement = await writer.prepare(self._sql[kind])
+        prepared[kind] = statement
+        return statement
 
     async def _give_back(
         self, pool: asyncpg.Pool, writer: asyncpg.pool.PoolConnectionProxy, broken: bool
     ) -> None:
-        """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool."""
+        """Keep a healthy writer for the next flush; a broken one (or after close) goes to the pool,
+        without the statements prepared on it."""
         if not broken and self._pool is pool and usable(writer):
             self._writers.append(writer)
             return
+        self._prepared.pop(writer, None)
         if broken:
             with contextlib.suppress(asyncpg.InterfaceError):  # already taken back by the pool
                 writer.terminate()  # its protocol state is unknown: never reuse it

@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import os
+from types import TracebackType
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -26,6 +27,7 @@ from .._errors import InvalidStoreURL, StoreUnavailable
 __all__ = [
     "CONNECT_ERRORS",
     "LOST_ERRORS",
+    "Lost",
     "advisory_key",
     "connect_lock_connection",
     "connect_pool",
@@ -42,6 +44,27 @@ LOST_ERRORS: Final = (
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.InternalClientError,  # a connection whose server went away mid-protocol
 )
+_LOST_OR_REFUSED: Final = (*LOST_ERRORS, asyncpg.InsufficientPrivilegeError)
+
+
+class Lost:
+    """A context turning a lost connection (or a missing permission) into ``StoreUnavailable``
+    naming the host (:func:`unavailable`). Stateless: the store makes one and enters it around
+    every statement."""
+
+    __slots__ = ("_dsn",)
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None and isinstance(exc, _LOST_OR_REFUSED):
+            raise unavailable(self._dsn, exc) from None
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

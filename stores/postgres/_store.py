@@ -10,8 +10,8 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -46,12 +46,11 @@ from .._reentry import resolve_forkable, resolve_reentry
 from .._watch import RowWatch
 from ._appends import GroupAppends, Queued
 from ._connection import (
-    LOST_ERRORS,
+    Lost,
     advisory_key,
     connect_pool,
     describe,
     read_dsn,
-    unavailable,
 )
 from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
@@ -92,6 +91,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
             raise reserved_schema(schema)
         super().__init__(max_row_bytes=max_row_bytes)
         self.dsn = read_dsn(dsn)
+        self._lost_guard = Lost(self.dsn)
         self.schema = schema
         self._min_size = min_size
         self._max_size = max_size
@@ -108,6 +108,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._flushers = 0
         self._max_flushers = max_flushers
         self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
+        self._prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]] = {}
         self._notices = RowNotices(dsn, notice_channel(schema), connect_timeout=connect_timeout)
 
     def __repr__(self) -> str:
@@ -146,6 +147,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._state = StoreState.CLOSED
         pool, self._pool = self._pool, None
         writers, self._writers = self._writers, []
+        self._prepared.clear()
         await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._liveness.close()
@@ -216,15 +218,30 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
     ) -> bool:
         try:
             with self._lost():
+                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
+                    kind = "append_step"
+                # A kept writer runs the statement it prepared (see ``GroupAppends._prepare``).
+                prepared = self._prepared.get(runner)
+                statement = None
+                if prepared is not None:
+                    statement = prepared.get(kind) or await self._prepare(runner, prepared, kind)  # type: ignore[arg-type]
                 if kind == "append_own":  # the take is checked first: a refused take is the refusal
-                    rec = await runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                    rec = await (
+                        runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                        if statement is None
+                        else statement.fetchrow(*args(plan), *extra)
+                    )
                     assert rec is not None
                     if not rec["took"]:
                         raise taken(row.execution_id)
                     return bool(rec["written"])
-                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
-                    kind = "append_step"
-                return bool(await runner.fetchval(self._sql[kind], *args(plan), *extra))
+                return bool(
+                    await (
+                        runner.fetchval(self._sql[kind], *args(plan), *extra)
+                        if statement is None
+                        else statement.fetchval(*args(plan), *extra)
+                    )
+                )
         except asyncpg.UniqueViolationError as exc:
             raise conflict(row, exc) from None
 
@@ -519,10 +536,6 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
 
     # -- errors -------------------------------------------------------------------------------
 
-    @contextmanager
-    def _lost(self) -> Iterator[None]:
-        """Turn a lost connection into :class:`StoreUnavailable` naming the host."""
-        try:
-            yield
-        except (*LOST_ERRORS, asyncpg.InsufficientPrivilegeError) as exc:
-            raise unavailable(self.dsn, exc) from None
+    def _lost(self) -> AbstractContextManager[None]:
+        """Turn a lost connection into :class:`StoreUnavailable` naming the host (:class:`Lost`)."""
+        return self._lost_guard

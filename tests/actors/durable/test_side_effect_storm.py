@@ -50,6 +50,9 @@ class Storm:
     def __init__(self, backend: Backend, tmp_path: Path, *, batch: int, seed: int) -> None:
         self.backend = backend
         self.payments = tmp_path / "payments.db"
+        # Made here, in WAL mode with its tables, before any child: the children's first requests
+        # run in worker threads at once, and converting a new file to WAL needs it to themselves.
+        connect(self.payments).close()
         self.env = {**os.environ, "TETHER_TEST_PAYMENTS": str(self.payments)}
         self.batch = batch
         self.random = random.Random(seed)

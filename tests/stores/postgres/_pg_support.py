@@ -75,7 +75,9 @@ def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
 
 
 class Counter:
-    """Counts the statements sent by every asyncpg connection (the pool's and the held writers')."""
+    """Counts the statements sent by every asyncpg connection (the pool's and the held writers'),
+    directly or through a statement it prepared (preparing one runs nothing, as the driver's own
+    prepare of a query it has not seen before is not counted either)."""
 
     def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
@@ -83,6 +85,9 @@ class Counter:
             monkeypatch.setattr(
                 asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
             )
+        for name in ("fetch", "fetchrow", "fetchval", "executemany"):
+            statement = asyncpg.prepared_stmt.PreparedStatement
+            monkeypatch.setattr(statement, name, self._counted(name, getattr(statement, name)))
 
     def _counted(self, name: str, method: Any) -> Any:
         def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:

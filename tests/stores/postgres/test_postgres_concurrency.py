@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 import uuid
+from typing import Any
 
 import anyio
 import asyncpg
@@ -160,6 +161,28 @@ async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> N
         await store.append(row("r", 2))
     assert [c.seq for c in await store.history("r")] == [0, 1, 2]
     assert pids[0] not in [writer.get_server_pid() for writer in store._writers]
+
+
+async def test_a_kept_writer_prepares_each_statement_once(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared: list[str] = []
+    prepare = asyncpg.Connection.prepare
+
+    async def counted(conn: asyncpg.Connection, query: str, **kw: Any) -> Any:
+        prepared.append(query)
+        return await prepare(conn, query, **kw)
+
+    monkeypatch.setattr(asyncpg.Connection, "prepare", counted)
+    for seq in range(5):
+        await store.append(row("r", seq))
+    # The first row's statement and the later rows' one, prepared once on the one kept writer.
+    assert len(prepared) == 2
+    [writer] = store._writers
+    assert sorted(store._prepared[writer]) == ["append", "append_step"]
+    assert [c.seq for c in await store.history("r")] == [0, 1, 2, 3, 4]
+    await store.close()
+    assert store._prepared == {}  # dropped with the writers
 
 
 async def _advisory_locks_of(store: PostgresStore) -> int:
