@@ -33,9 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import msgspec
-
 from benchmarks._common import PG_DSN
+from benchmarks.step_costs import StoreOnly, template_rows
 from benchmarks.step_path import (
     WARMUP,
     Contender,
@@ -43,9 +42,8 @@ from benchmarks.step_path import (
     RawSQLite,
     Tether,
     _drop_schema,
-    check_rows,
 )
-from stores import Checkpoint, PostgresStore, new_id, utcnow
+from stores import Checkpoint, PostgresStore, Store
 
 __all__ = ["BACKENDS", "CONTENDERS", "instructions_per_run", "main"]
 
@@ -58,48 +56,32 @@ _LABELS = {
 }
 
 
-class StoreOnlyPostgres(Contender):
+class StoreOnlyPostgres(StoreOnly):
     """step_costs' store contender on PostgreSQL: the 4 rows of a tether run appended with
     ``PostgresStore.append`` on a fresh schema, with no framework."""
 
-    name = "store"
     backend = "postgres"
-    tool_calls = 0  # the store alone runs no tool
     SCHEMA = f"bench_instr_store_{os.getpid()}"  # per process: runs may overlap
 
     def __init__(self, rows: list[Checkpoint]) -> None:
-        self._rows = rows
-        self._store: PostgresStore | None = None
+        super().__init__(Path(), rows)
+
+    def _open_store(self, tag: str) -> Store:
+        return PostgresStore(PG_DSN, schema=self.SCHEMA)
 
     async def open(self, tag: str) -> None:
         await _drop_schema(self.SCHEMA)
-        self._store = PostgresStore(PG_DSN, schema=self.SCHEMA)
-        await self._store.setup()
-
-    async def one(self, run_id: str) -> None:
-        assert self._store is not None
-        for row in self._rows:
-            await self._store.append(
-                msgspec.structs.replace(row, execution_id=run_id, checkpoint_id=new_id(), created_at=utcnow())
-            )
-
-    async def verify(self, run_ids: list[str]) -> None:
-        assert self._store is not None
-        await check_rows(self.name, self._store.history, run_ids)
+        await super().open(tag)
 
     async def close(self) -> None:
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
-            await _drop_schema(self.SCHEMA)
+        await super().close()
+        await _drop_schema(self.SCHEMA)
 
 
 async def _contender(name: str, backend: str, workdir: Path) -> Contender:
     if name == "raw":
         return RawSQLite(workdir) if backend == "sqlite" else RawPostgres(1)
     if name == "store":
-        from benchmarks.step_costs import StoreOnly, template_rows
-
         rows = await template_rows(workdir)  # a run's rows, whatever store wrote them
         return StoreOnly(workdir, rows) if backend == "sqlite" else StoreOnlyPostgres(rows)
     return Tether(backend, workdir)

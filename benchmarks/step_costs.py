@@ -46,7 +46,7 @@ from benchmarks.step_path import (
     refund_agent,
     timed_runs,
 )
-from stores import Checkpoint, SQLiteStore, new_id, utcnow
+from stores import Checkpoint, SQLiteStore, Store, new_id, utcnow
 
 # Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
 _writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}
@@ -89,10 +89,13 @@ class StoreOnly(Contender):
     def __init__(self, workdir: Path, rows: list[Checkpoint]) -> None:
         self._workdir = workdir
         self._rows = rows
-        self._store: SQLiteStore | None = None
+        self._store: Store | None = None
+
+    def _open_store(self, tag: str) -> Store:
+        return SQLiteStore(self._workdir / f"{tag}-store.db")
 
     async def open(self, tag: str) -> None:
-        self._store = SQLiteStore(self._workdir / f"{tag}-store.db")
+        self._store = self._open_store(tag)
         await self._store.setup()
 
     async def one(self, run_id: str) -> None:
