@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.lowlevel
@@ -228,13 +228,17 @@ class GroupAppends:
         self._prepared[conn] = {}
         return conn
 
-    async def _prepare(
-        self, writer: asyncpg.pool.PoolConnectionProxy, prepared: dict[str, Any], kind: str
-    ) -> asyncpg.prepared_stmt.PreparedStatement:
-        """Prepare the statement ``kind`` on ``writer`` once: every later write of that kind on
-        it skips the driver's statement-cache lookup."""
-        statement: asyncpg.prepared_stmt.PreparedStatement = await writer.prepare(self._sql[kind])
-        prepared[kind] = statement
+    async def _statement(self, runner: object, kind: str) -> asyncpg.prepared_stmt.PreparedStatement | None:
+        """The statement ``kind`` prepared on ``runner`` if it is a kept writer (prepared there on
+        first use, so later writes of that kind skip the driver's statement-cache lookup); ``None``
+        for any other runner."""
+        prepared = self._prepared.get(runner)
+        if prepared is None:
+            return None
+        statement = prepared.get(kind)
+        if statement is None:
+            writer = cast(asyncpg.pool.PoolConnectionProxy, runner)
+            statement = prepared[kind] = await writer.prepare(self._sql[kind])
         return statement
 
     async def _give_back(

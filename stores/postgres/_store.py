@@ -220,16 +220,13 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
             with self._lost():
                 if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
                     kind = "append_step"
-                # A kept writer runs the statement it prepared (see ``GroupAppends._prepare``).
-                prepared = self._prepared.get(runner)
-                statement = None
-                if prepared is not None:
-                    statement = prepared.get(kind) or await self._prepare(runner, prepared, kind)  # type: ignore[arg-type]
+                values = (*args(plan), *extra)
+                statement = await self._statement(runner, kind)  # a kept writer's, prepared once
                 if kind == "append_own":  # the take is checked first: a refused take is the refusal
                     rec = await (
-                        runner.fetchrow(self._sql[kind], *args(plan), *extra)
+                        runner.fetchrow(self._sql[kind], *values)
                         if statement is None
-                        else statement.fetchrow(*args(plan), *extra)
+                        else statement.fetchrow(*values)
                     )
                     assert rec is not None
                     if not rec["took"]:
@@ -237,9 +234,9 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
                     return bool(rec["written"])
                 return bool(
                     await (
-                        runner.fetchval(self._sql[kind], *args(plan), *extra)
+                        runner.fetchval(self._sql[kind], *values)
                         if statement is None
-                        else statement.fetchval(*args(plan), *extra)
+                        else statement.fetchval(*values)
                     )
                 )
         except asyncpg.UniqueViolationError as exc:
