@@ -204,7 +204,7 @@ def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None
         (execution_id,),
     ).fetchone()
     if newest is None or newest[0] == RUN_END or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED):
-        conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
+        rest_row(conn, execution_id, owner)
     else:
         conn.execute(
             f"UPDATE run_owners SET owner = NULL, since = {_NOW} WHERE execution_id = ? AND owner = ?",
@@ -212,16 +212,23 @@ def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None
         )
 
 
+def rest_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None:
+    """In a write transaction: delete the run's row if ``owner`` holds it (the run rests)."""
+    conn.execute("DELETE FROM run_owners WHERE execution_id = ? AND owner = ?", (execution_id, owner))
+
+
 def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock: LivenessFile) -> Op:
     """``op`` in the transaction that takes the run for ``take`` (checked as :func:`take_row` does;
-    refused with :func:`~stores._owners.taken`) and releases it for ``release`` after."""
+    refused with :func:`~stores._owners.taken`) and releases it for ``release`` after: ``release`` is
+    set only for an ``op`` that writes a resting row (a ``run_end``, a pause), which is then the run's
+    newest, so the release deletes the row without reading the run's newest row back."""
 
     def run(conn: sqlite3.Connection) -> Any:
         if take is not None and not take_row(conn, execution_id, take, lock):
             raise taken(execution_id)
         value = op(conn)
         if release is not None:
-            release_row(conn, execution_id, release)
+            rest_row(conn, execution_id, release)
         return value
 
     return run
