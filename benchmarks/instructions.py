@@ -1,6 +1,6 @@
 """Instructions per run under callgrind: a deterministic split of a run, for A/B on a busy machine.
 
-    python -m benchmarks.instructions [--runs 100] [--backend sqlite|postgres] [--tiny]
+    python -m benchmarks.instructions [--runs 100] [--backend sqlite|postgres] [--spawns] [--tiny]
 
 The contenders of :mod:`benchmarks.step_costs` (the small refund's 4 rows a run): raw (the driver,
 no framework: step_path's raw contender), store (the store's ``append`` of a real run's 4 rows) and
@@ -18,7 +18,9 @@ It prints each contender's instructions per run and its ratio to raw, and the sp
 :mod:`benchmarks.step_costs`: framework (tether minus store), store over raw. Compare trees by
 running it in each. Verified in every child: tether runs answered with the tool once, and the checked
 runs hold their 4 rows in order (raw: its whole table). Needs ``valgrind`` on ``PATH``; a run is ~50x slower
-under it (``--tiny``: tether alone, 2 runs).
+under it (``--tiny``: tether alone, 2 runs). ``--spawns`` counts step_path's spawns row instead:
+tether runs in batches of 64 (``--runs`` 128 unless given, a multiple of 64), started by awaited
+``spawn`` calls one after another or all at once, each child's warm-up one batch.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from benchmarks.step_path import (
     RawPostgres,
     RawSQLite,
     Tether,
+    TetherSpawns,
     _drop_schema,
 )
 from stores import Checkpoint, PostgresStore, Store
@@ -48,6 +51,10 @@ from stores import Checkpoint, PostgresStore, Store
 __all__ = ["BACKENDS", "CONTENDERS", "instructions_per_run", "main"]
 
 CONTENDERS = ("raw", "store", "tether")
+#: ``--spawns``: tether runs started in batches by awaited spawn calls, or by spawns all at once.
+SPAWNS = ("awaited-spawns", "spawns-at-once")
+#: Runs a batch of ``--spawns`` (``--tiny``: 4).
+BATCH = 64
 BACKENDS = ("sqlite", "postgres")
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 _LABELS = {
@@ -84,28 +91,36 @@ async def _contender(name: str, backend: str, workdir: Path) -> Contender:
     if name == "store":
         rows = await template_rows(workdir)  # a run's rows, whatever store wrote them
         return StoreOnly(workdir, rows) if backend == "sqlite" else StoreOnlyPostgres(rows)
+    if name in SPAWNS:
+        return TetherSpawns(backend, workdir, awaited=name == "awaited-spawns")
     return Tether(backend, workdir)
 
 
-async def _child(name: str, backend: str, runs: int, verified: int) -> None:
-    """The work one valgrind child counts: warm-up, ``runs`` runs, then the check of the last
-    ``verified`` of them (raw checks its whole table in one query)."""
+async def _child(name: str, backend: str, runs: int, verified: int, batch: int) -> None:
+    """The work one valgrind child counts: warm-up, ``runs`` runs (a batched contender's in
+    batches of ``batch``), then the check of the last ``verified`` of them (raw checks its whole
+    table in one query)."""
     with tempfile.TemporaryDirectory(prefix="tether-instr-") as tmp:
         contender = await _contender(name, backend, Path(tmp))
         await contender.open("counted")
         try:
-            # step_path's warm-up runs first: both counts include them, so they cancel out.
-            for i in range(WARMUP):
-                await contender.one(f"warm-{i}")
+            # The warm-up runs first: both counts include them, so they cancel out.
             ids = [f"run-{i}" for i in range(runs)]
-            for run_id in ids:
-                await contender.one(run_id)
+            if contender.batched:
+                await contender.batch([f"warm-{i}" for i in range(batch)])
+                for first in range(0, runs, batch):
+                    await contender.batch(ids[first : first + batch])
+            else:
+                for i in range(WARMUP):
+                    await contender.one(f"warm-{i}")
+                for run_id in ids:
+                    await contender.one(run_id)
             await contender.verify(ids if name == "raw" else ids[len(ids) - verified :])
         finally:
             await contender.close()
 
 
-def _count(name: str, backend: str, runs: int, verified: int) -> int:
+def _count(name: str, backend: str, runs: int, verified: int, batch: int) -> int:
     """Instructions of one child doing the warm-up and ``runs`` runs of ``name`` on ``backend``,
     checking ``verified``."""
     result = subprocess.run(
@@ -124,6 +139,8 @@ def _count(name: str, backend: str, runs: int, verified: int) -> int:
             str(runs),
             "--verified",
             str(verified),
+            "--batch",
+            str(batch),
         ],
         capture_output=True,
         text=True,
@@ -136,11 +153,12 @@ def _count(name: str, backend: str, runs: int, verified: int) -> int:
     return int(found.group(1))
 
 
-def instructions_per_run(name: str, runs: int, backend: str = "sqlite") -> float:
+def instructions_per_run(name: str, runs: int, backend: str = "sqlite", batch: int = BATCH) -> float:
     """(instructions with ``2 * runs`` runs - instructions with ``runs``) / ``runs``: both children
     check ``runs`` runs (every run of the first, the last half of the second), so the check's own
     reads cancel out with the start-up and the warm-up."""
-    return (_count(name, backend, 2 * runs, runs) - _count(name, backend, runs, runs)) / runs
+    more, fewer = _count(name, backend, 2 * runs, runs, batch), _count(name, backend, runs, runs, batch)
+    return (more - fewer) / runs
 
 
 def report(counts: dict[str, float], runs: int, backend: str = "sqlite") -> None:
@@ -162,20 +180,44 @@ def report(counts: dict[str, float], runs: int, backend: str = "sqlite") -> None
     )
 
 
+def report_spawns(counts: dict[str, float], runs: int, batch: int, backend: str = "sqlite") -> None:
+    print(
+        f"instructions per tether run under callgrind, {_LABELS[backend]}: {runs} runs in batches of {batch}"
+    )
+    header = f"{'contender':<16}{'instructions/run':>18}"
+    print(header)
+    print("-" * len(header))
+    for name, count in counts.items():
+        print(f"{name:<16}{count:>18,.0f}")
+    awaited, at_once = counts["awaited-spawns"], counts["spawns-at-once"]
+    print(f"awaited spawns over spawns at once: {awaited / at_once:.2f}x the instructions per run")
+    print("verified: tether runs answered with the tool once and hold their 4 rows in order")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100, help="counted runs per child")
+    parser.add_argument("--runs", type=int, help="counted runs per child (100; --spawns: 128)")
     parser.add_argument("--backend", choices=BACKENDS, default="sqlite", help="the store and driver")
+    parser.add_argument("--spawns", action="store_true", help="awaited spawns against spawns at once")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (tether, 2 runs)")
-    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=CONTENDERS + SPAWNS, help=argparse.SUPPRESS)
     parser.add_argument("--verified", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        asyncio.run(_child(args.child, args.backend, args.runs, args.verified))
+        asyncio.run(_child(args.child, args.backend, args.runs or 100, args.verified, args.batch))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
-    names, runs = (("tether",), 2) if args.tiny else (CONTENDERS, args.runs)
+    if args.spawns:
+        batch = 4 if args.tiny else BATCH
+        runs = batch if args.tiny else (args.runs or 2 * BATCH)
+        if runs % batch:
+            parser.error(f"--spawns counts whole batches: --runs must be a multiple of {batch}")
+        spawns = {name: instructions_per_run(name, runs, args.backend, batch) for name in SPAWNS}
+        report_spawns(spawns, runs, batch, args.backend)
+        return
+    names, runs = (("tether",), 2) if args.tiny else (CONTENDERS, args.runs or 100)
     counts = {name: instructions_per_run(name, runs, args.backend) for name in names}
     report(counts, runs, args.backend)
 

@@ -1,8 +1,11 @@
 """Where a step's time goes on SQLite: a tether run beside the store alone and the raw driver.
 
-    python -m benchmarks.step_costs [--runs 300] [--concurrency 1] [--rounds 5] [--tiny]
+    python -m benchmarks.step_costs [--runs 300] [--concurrency 1] [--rounds 5] [--spawns] [--tiny]
 
 Larger: ``--runs 2000 --rounds 7``; ``--concurrency 64`` splits the concurrent column the same way.
+``--spawns`` splits step_path's spawns row instead: tether runs in batches of ``--concurrency`` (64
+unless given), started by awaited ``spawn`` calls one after another or all at once, the same figures
+for each and their ratios.
 
 The small refund of :mod:`benchmarks.step_path` (4 rows a run), three ways, each measurement on a
 fresh SQLite file (WAL, ``synchronous=FULL``), interleaved over ``--rounds`` rounds:
@@ -39,9 +42,12 @@ from benchmarks._common import interleaved, median
 from benchmarks.step_path import (
     EXPECTED_ROWS,
     PROMPT,
+    SPAWNS_AT_ONCE,
+    SPAWNS_AWAITED,
     Contender,
     RawSQLite,
     Tether,
+    TetherSpawns,
     check_rows,
     refund_agent,
     timed_runs,
@@ -151,16 +157,24 @@ async def measure(contender: Contender, tag: str, runs: int, concurrency: int) -
     )
 
 
-async def run(runs: int, concurrency: int, rounds: int) -> dict[str, Sample]:
-    """Median of each figure per contender over interleaved rounds."""
+async def run(runs: int, concurrency: int, rounds: int, *, spawns: bool = False) -> dict[str, Sample]:
+    """Median of each figure per contender over interleaved rounds (``spawns``: the two ways of
+    starting a batch of tether runs instead of raw, store and tether)."""
     _instrument()
     with tempfile.TemporaryDirectory(prefix="tether-costs-") as tmp:
         workdir = Path(tmp)
-        contenders: list[Contender] = [
-            RawSQLite(workdir),
-            StoreOnly(workdir, await template_rows(workdir)),
-            Tether("sqlite", workdir),
-        ]
+        contenders: list[Contender] = (
+            [
+                TetherSpawns("sqlite", workdir, awaited=True),
+                TetherSpawns("sqlite", workdir, awaited=False),
+            ]
+            if spawns
+            else [
+                RawSQLite(workdir),
+                StoreOnly(workdir, await template_rows(workdir)),
+                Tether("sqlite", workdir),
+            ]
+        )
         samples: dict[str, list[Sample]] = {c.name: [] for c in contenders}
         counter = iter(range(1_000_000))
         measures: dict[str, Callable[[], Awaitable[float]]] = {}
@@ -178,28 +192,36 @@ async def run(runs: int, concurrency: int, rounds: int) -> dict[str, Sample]:
     }
 
 
+def _table(results: dict[str, Sample], base: str, width: int = 10) -> None:
+    """One line per contender: its figures, runs/s as a ratio to ``base``'s (raw's writer thread
+    is not timed: its transaction columns are dashes)."""
+    header = (
+        f"{'contender':<{width}}{'runs/s':>10}{'x ' + base:>{max(8, len(base) + 3)}}{'wall ms/run':>13}"
+        f"{'loop CPU ms/run':>17}{'write tx ms/run':>17}{'COMMIT ms/run':>15}{'tx/run':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    rate = results[base].rate
+    for name, s in results.items():
+        tx = (
+            f"{s.transactions:>17.3f}{s.commit:>15.3f}{s.transactions_per_run:>8.2f}"
+            if name != "raw"
+            else f"{'-':>17}{'-':>15}{'-':>8}"
+        )
+        ratio = f"{s.rate / rate:.2f}x"
+        print(
+            f"{name:<{width}}{s.rate:>10,.0f}{ratio:>{max(8, len(base) + 3)}}{1000 / s.rate:>13.3f}"
+            f"{s.loop_cpu:>17.3f}{tx}"
+        )
+
+
 def report(results: dict[str, Sample], runs: int, concurrency: int, rounds: int) -> None:
     mode = "one after another" if concurrency <= 1 else f"{concurrency} in flight"
     print(
         f"step costs, SQLite (WAL, synchronous=FULL): {runs} runs {mode}, medians of {rounds} interleaved rounds"
     )
-    header = (
-        f"{'contender':<10}{'runs/s':>10}{'x raw':>8}{'wall ms/run':>13}{'loop CPU ms/run':>17}"
-        f"{'write tx ms/run':>17}{'COMMIT ms/run':>15}{'tx/run':>8}"
-    )
-    print(header)
-    print("-" * len(header))
+    _table(results, "raw")
     raw = results["raw"]
-    for name, s in results.items():
-        stored = name != "raw"
-        tx = (
-            f"{s.transactions:>17.3f}{s.commit:>15.3f}{s.transactions_per_run:>8.2f}"
-            if stored
-            else f"{'-':>17}{'-':>15}{'-':>8}"
-        )
-        print(
-            f"{name:<10}{s.rate:>10,.0f}{s.rate / raw.rate:>7.2f}x{1000 / s.rate:>13.3f}{s.loop_cpu:>17.3f}{tx}"
-        )
     tether, store = results["tether"], results["store"]
     print(
         f"loop CPU per run: framework (tether - store) {tether.loop_cpu - store.loop_cpu:.3f} ms, "
@@ -218,14 +240,36 @@ def report(results: dict[str, Sample], runs: int, concurrency: int, rounds: int)
     )
 
 
+def report_spawns(results: dict[str, Sample], runs: int, concurrency: int, rounds: int) -> None:
+    print(
+        f"step costs of spawns, SQLite (WAL, synchronous=FULL): {runs} tether runs in batches of "
+        f"{concurrency}, medians of {rounds} interleaved rounds"
+    )
+    _table(results, SPAWNS_AT_ONCE, width=24)
+    awaited, at_once = results[SPAWNS_AWAITED], results[SPAWNS_AT_ONCE]
+    print(
+        f"awaited spawns over spawns at once: runs/s {awaited.rate / at_once.rate:.2f}x, loop CPU per run "
+        f"{awaited.loop_cpu / at_once.loop_cpu:.2f}x, write transactions per run "
+        f"{awaited.transactions_per_run / at_once.transactions_per_run:.2f}x"
+    )
+    print("verified: tether runs answered with the tool once and hold their 4 rows in order")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="runs per measurement")
     parser.add_argument("--concurrency", type=int, default=1, help="runs in flight (1: one after another)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median over them)")
+    parser.add_argument("--spawns", action="store_true", help="awaited spawns against spawns at once")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
     args = parser.parse_args(argv)
     runs, rounds = (10, 3) if args.tiny else (args.runs, args.rounds)
+    if args.spawns:
+        concurrency = 4 if args.tiny else (args.concurrency if args.concurrency > 1 else 64)
+        runs = 8 if args.tiny else runs
+        results = asyncio.run(run(runs, concurrency, rounds, spawns=True))
+        report_spawns(results, runs, concurrency, rounds)
+        return
     results = asyncio.run(run(runs, args.concurrency, rounds))
     report(results, runs, args.concurrency, rounds)
 
