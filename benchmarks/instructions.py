@@ -53,6 +53,8 @@ __all__ = ["BACKENDS", "CONTENDERS", "instructions_per_run", "main"]
 CONTENDERS = ("raw", "store", "tether")
 #: ``--spawns``: tether runs started in batches by awaited spawn calls, or by spawns all at once.
 SPAWNS = ("awaited-spawns", "spawns-at-once")
+#: Counted runs per child unless ``--runs`` says (``--spawns``: two batches).
+RUNS = 100
 #: Runs a batch of ``--spawns`` (``--tiny``: 4).
 BATCH = 64
 BACKENDS = ("sqlite", "postgres")
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        asyncio.run(_child(args.child, args.backend, args.runs or 100, args.verified, args.batch))
+        asyncio.run(_child(args.child, args.backend, args.runs or RUNS, args.verified, args.batch))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         spawns = {name: instructions_per_run(name, runs, args.backend, batch) for name in SPAWNS}
         report_spawns(spawns, runs, batch, args.backend)
         return
-    names, runs = (("tether",), 2) if args.tiny else (CONTENDERS, args.runs or 100)
+    names, runs = (("tether",), 2) if args.tiny else (CONTENDERS, args.runs or RUNS)
     counts = {name: instructions_per_run(name, runs, args.backend) for name in names}
     report(counts, runs, args.backend)
 

@@ -263,13 +263,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spawns", action="store_true", help="awaited spawns against spawns at once")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
     args = parser.parse_args(argv)
-    runs, rounds = (10, 3) if args.tiny else (args.runs, args.rounds)
+    rounds = 3 if args.tiny else args.rounds
     if args.spawns:
         concurrency = 4 if args.tiny else (args.concurrency if args.concurrency > 1 else 64)
-        runs = 8 if args.tiny else runs
+        runs = 8 if args.tiny else args.runs
         results = asyncio.run(run(runs, concurrency, rounds, spawns=True))
         report_spawns(results, runs, concurrency, rounds)
         return
+    runs = 10 if args.tiny else args.runs
     results = asyncio.run(run(runs, args.concurrency, rounds))
     report(results, runs, args.concurrency, rounds)
 
