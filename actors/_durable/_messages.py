@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from stores import Checkpoint, PendingInterrupt
+from stores import Checkpoint, PendingInterrupt, SerializationError
 from stores import decode_json as decode
 from stores import encode_json as encode
 
@@ -43,16 +43,32 @@ __all__ = [
 
 class Resume(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A human's decision on a paused run: ``approved``, plus free-form JSON ``metadata``
-    (e.g. ``{"approver": "alice"}``). Unknown fields are refused: ``Resume(approved=True, data=1)``
-    raises ``TypeError``, and decoding a stored dict with unknown keys raises ``msgspec.ValidationError``.
+    (e.g. ``{"approver": "alice"}``).
+
+    Checked when built, so a malformed decision never uses up a pause: ``approved`` must be a bool
+    (not ``"yes"``, ``1`` or ``None``) and ``metadata`` a dict with str keys and JSON values, else
+    ``TypeError`` naming what was wrong. Unknown fields are refused too: ``Resume(approved=True,
+    data=1)`` raises ``TypeError``; decoding a stored dict that breaks any of this raises
+    ``msgspec.ValidationError``.
     """
 
     approved: bool
     metadata: dict[str, Any] = {}
 
+    def __post_init__(self) -> None:
+        if type(self.approved) is not bool:
+            raise TypeError(f"Resume(approved=...) takes a bool, not {type(self.approved).__name__}")
+        if not isinstance(self.metadata, dict):
+            raise TypeError(
+                f"Resume(metadata=...) takes a dict (a JSON object), not {type(self.metadata).__name__}"
+            )
+        try:
+            encode(self.metadata, path="$.metadata")
+        except SerializationError as exc:
+            raise TypeError(f"Resume(metadata=...) is not a JSON object: {exc}") from None
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form stored in a ``resume`` row's ``node_input``; ``SerializationError`` if the
-        metadata is not JSON."""
+        """The JSON form stored in a ``resume`` row's ``node_input`` (tuples in the metadata become lists)."""
         return {"approved": self.approved, "metadata": decode(encode(self.metadata, path="$.metadata"))}
 
     @classmethod
