@@ -38,6 +38,7 @@ class Faults:
 
     poison: set[str] = field(default_factory=set)  # refuse any batch holding one of these ids
     name_poison: bool = False  # ... naming them in ``rejections`` (else naming nothing)
+    poison_status: int = 422  # ... with this status (a refusal on payload grounds)
     status: int | None = None  # answer every POST with this status ...
     times: int = -1  # ... this many times (-1: until changed)
     retry_after: str | None = None
@@ -90,8 +91,8 @@ class FaultLayer:
             answer: dict[str, Any] = {"error": "batch refused: a value is longer than its column"}
             if f.name_poison:
                 answer["rejections"] = [{"checkpoint_id": i, "reason": "too long"} for i in bad]
-            await _answer(send, 422, answer, [(b"content-type", b"application/json")])
-            f.statuses.append(422)
+            await _answer(send, f.poison_status, answer, [(b"content-type", b"application/json")])
+            f.statuses.append(f.poison_status)
             return
         sent = False
 

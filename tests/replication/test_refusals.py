@@ -63,6 +63,26 @@ async def test_one_poison_row_among_eight_is_bisected_out(store_backend: Backend
     await store.close()
 
 
+@pytest.mark.parametrize("status", [400, 409, 413, 422])
+async def test_every_refusal_on_payload_grounds_quarantines_the_poison_row(
+    tmp_path: Any, plane: Plane, status: int
+) -> None:
+    """Each of the four payload refusals, naming no row, bisects the batch down to the poison row
+    and quarantines it with the status; the seven others land."""
+    from stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "local.db")
+    rows = await written(store)
+    plane.faults.poison, plane.faults.poison_status = {rows[2].checkpoint_id}, status
+    await replicate_all(store, plane, rows)
+    states = await synced(store, rows)
+    assert states[2] == (True, INGEST.replace("422", str(status)))
+    assert [s for i, s in enumerate(states) if i != 2] == [(True, None)] * 7
+    assert set(plane.faults.statuses) == {status, 200}
+    assert await plane_rows(plane, "run-p") == [r for i, r in enumerate(rows) if i != 2]
+    await store.close()
+
+
 async def test_two_poison_rows_are_both_isolated(store_backend: Backend, plane: Plane) -> None:
     store = store_backend.open()
     rows = await written(store)
