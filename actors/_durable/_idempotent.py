@@ -3,7 +3,8 @@
 Inside a run, the result is cached in the run's store per ``(execution_id, key)``. The default key is
 the call's occurrence: a digest of the ``execution_id``, the step it runs in (its row's ``seq``; for a
 re-entered tool its original tool row, so a resume or a recovery in any process finds it), the
-function's module and qualified name, its arguments as canonical JSON (bound to the signature with
+function's module and qualified name (the module's importable name, also when it runs as a script:
+see :func:`module_name`), its arguments as canonical JSON (bound to the signature with
 defaults applied: ``f(1)``, ``f(x=1)`` and, for a default ``x=1``, ``f()`` are one call), and ``k``
 for the k-th such call in that execution of the step. A re-run of a step counts again from 0, so it
 gets each earlier result in order and runs no body twice; two intentional identical calls (in one
@@ -14,7 +15,8 @@ every time. Arguments that are not JSON need ``key=``.
 
 Entries written before keys counted occurrences (a digest of the name and the arguments alone) stay
 readable: a miss under the occurrence key reads the entry of that older form, so a run in flight
-across the upgrade does not run a body again.
+across the upgrade does not run a body again. For a function of a script run as ``__main__``, the
+entries written while its keys named the module ``__main__`` are read the same way.
 
 A crash after the body's side effect and before its result commits re-runs the body on recovery:
 at-least-once across a crash. Inside the body :func:`idempotency_key` returns a key that is the same
@@ -38,9 +40,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 import anyio.from_thread
@@ -52,7 +56,7 @@ from .._core import LazyEvent
 from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
 
-__all__ = ["idempotency_key", "idempotent"]
+__all__ = ["idempotency_key", "idempotent", "module_name"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -106,16 +110,23 @@ _flights: dict[_FlightKey, _Flight] = {}
 class _Call:
     """One call of an ``@idempotent`` function in a run: where it caches, under which keys."""
 
-    __slots__ = ("at_most_once", "execution_id", "external", "key", "legacy", "name", "store")
+    __slots__ = ("at_most_once", "execution_id", "external", "key", "name", "older", "store")
 
     def __init__(
-        self, store: Store, execution_id: str, name: str, key: str, legacy: str | None, *, at_most_once: bool
+        self,
+        store: Store,
+        execution_id: str,
+        name: str,
+        key: str,
+        older: tuple[str, ...],
+        *,
+        at_most_once: bool,
     ) -> None:
         self.store = store
         self.execution_id = execution_id
         self.name = name
         self.key = key
-        self.legacy = legacy
+        self.older = older  # the keys earlier versions wrote this call's entry under, read on a miss
         self.at_most_once = at_most_once
         self.external = hashlib.sha256(canonical_json([_EXTERNAL, execution_id, key])).hexdigest()
 
@@ -125,11 +136,14 @@ class _Call:
         store, eid = self.store, self.execution_id
         if not self.at_most_once:
             hit = await store.cache_get(eid, self.key)
-            if hit is None and self.legacy is not None:
-                hit = await store.cache_get(eid, self.legacy)
+            for older in self.older:
+                if hit is not None:
+                    break
+                hit = await store.cache_get(eid, older)
             return (False, None) if hit is None else (True, hit.value)
-        if self.legacy is not None and (old := await store.cache_get(eid, self.legacy)) is not None:
-            return True, old.value
+        for older in self.older:
+            if (old := await store.cache_get(eid, older)) is not None:
+                return True, old.value
         found = await store.cache_intend(eid, self.key)
         if found is False:
             raise SideEffectInDoubt(self.name, self.external, execution_id=eid)
@@ -225,6 +239,7 @@ def _make_call(
     ctx: RunContext,
     store: Store,
     name: str,
+    loaded_as: str | None,
     signature: inspect.Signature | None,
     key_fn: KeyFn | None,
     at_most_once: bool,
@@ -236,17 +251,58 @@ def _make_call(
         user_key = key_fn(*args, **kwargs)
         if not isinstance(user_key, str):
             raise TypeError(f"@idempotent key= for {name!r} must return a str, not {type(user_key).__name__}")
-        return _Call(store, eid, name, f"{name}:{user_key}", None, at_most_once=at_most_once)
+        older: tuple[str, ...] = () if loaded_as is None else (f"{loaded_as}:{user_key}",)
+        return _Call(store, eid, name, f"{name}:{user_key}", older, at_most_once=at_most_once)
     arguments = _json_arguments(name, signature, args, kwargs)
     legacy = hashlib.sha256(canonical_json([name, arguments])).hexdigest()
     step = ctx.step if ctx.step is not None else ctx.node_id
     k = ctx.occurrences.next(legacy)
-    key = hashlib.sha256(canonical_json([_OCCURRENCE, eid, step, name, arguments, k])).hexdigest()
-    return _Call(store, eid, name, key, legacy, at_most_once=at_most_once)
+    key = _occurrence_key(eid, step, name, arguments, k)
+    if loaded_as is None:
+        return _Call(store, eid, name, key, (legacy,), at_most_once=at_most_once)
+    # A script's function: its entries of earlier versions name the module "__main__".
+    older = (
+        _occurrence_key(eid, step, loaded_as, arguments, k),
+        hashlib.sha256(canonical_json([loaded_as, arguments])).hexdigest(),
+    )
+    return _Call(store, eid, name, key, older, at_most_once=at_most_once)
+
+
+def _occurrence_key(eid: str, step: int | str | None, name: str, arguments: Any, k: int) -> str:
+    return hashlib.sha256(canonical_json([_OCCURRENCE, eid, step, name, arguments, k])).hexdigest()
+
+
+def module_name(module: str) -> str:
+    """The name a module is imported by, also when it runs as a script (``__main__``).
+
+    A key built from it is the same in a process that runs ``app.py`` (or ``python -m app``) and in
+    one that imports ``app``: ``python -m`` gives the name; a script's file gives its stem, prefixed
+    by the packages it sits in (each directory up with an ``__init__.py``), as ``import pkg.app``
+    names it from the directory above ``pkg``. Code with no file (a REPL, ``python -c``) stays
+    ``__main__``.
+    """
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:  # python -m
+        return str(spec.name)
+    file = getattr(main, "__file__", None)
+    if not file:
+        return module
+    path = Path(file).resolve()
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder != folder.parent:
+        parts.append(folder.name)
+        folder = folder.parent
+    return ".".join(reversed(parts))
 
 
 def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None, at_most_once: bool) -> Callable[..., Any]:
-    name = f"{fn.__module__}.{fn.__qualname__}"
+    module = module_name(fn.__module__)
+    name = f"{module}.{fn.__qualname__}"
+    loaded_as = f"{fn.__module__}.{fn.__qualname__}" if module != fn.__module__ else None
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins have none: key on args and kwargs as given
@@ -260,7 +316,7 @@ def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None, at_most_once: bool) -> C
             if ctx is None or ctx.store is None:
                 with _keyed(new_id()):
                     return _json_result(await fn(*args, **kwargs), name)
-            call = _make_call(ctx, ctx.store, name, signature, key_fn, at_most_once, args, kwargs)
+            call = _make_call(ctx, ctx.store, name, loaded_as, signature, key_fn, at_most_once, args, kwargs)
             hit, value, flight = await _begin(call)
             if hit:
                 return value
@@ -281,7 +337,7 @@ def _wrap(fn: Callable[..., Any], key_fn: KeyFn | None, at_most_once: bool) -> C
         if ctx is None or ctx.store is None:
             with _keyed(new_id()):
                 return _json_result(fn(*args, **kwargs), name)
-        call = _make_call(ctx, ctx.store, name, signature, key_fn, at_most_once, args, kwargs)
+        call = _make_call(ctx, ctx.store, name, loaded_as, signature, key_fn, at_most_once, args, kwargs)
         entered = False
 
         async def begin() -> tuple[bool, Any, _Flight | None]:
