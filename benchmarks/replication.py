@@ -58,7 +58,7 @@ def serve_null(port: int) -> None:
 
     async def ingest(request: Request) -> Response:
         await request.body()
-        return Response(b'{"ingested": 0, "rejections": []}', media_type="application/json")
+        return Response(b'{"accepted": 0, "rejections": []}', media_type="application/json")
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"ok": true}', media_type="application/json")

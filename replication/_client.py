@@ -1,10 +1,12 @@
 """The plane's HTTP client (httpx): one ingest POST, the reads, and how each answer is classified.
 
-Classification follows DESIGN.md, "Answers": a 2xx is accepted (with per-item ``rejections``);
-400, 409, 413 and 422 refuse the batch on payload grounds; 401, 403, 404, 408 and 429 are a
-condition of the connection (rows stay buffered; 429 brings ``Retry-After``); 5xx and transport
-errors are retried later with backoff. Other statuses count as a condition of the connection too:
-nothing about them says a row is at fault.
+Classification: a 2xx that carries the plane's acknowledgment, a JSON body ``{"accepted": N,
+"rejections": [...]}``, is accepted (with per-item ``rejections``); a 2xx without it (an empty body
+from a middlebox, HTML, JSON of another shape) is a transport error, since nothing says the rows
+reached the plane. 400, 409, 413 and 422 refuse the batch on payload grounds; 401, 403, 404, 408
+and 429 are a condition of the connection (rows stay buffered; 429 brings ``Retry-After``); 5xx
+and transport errors are retried later with backoff. Other statuses count as a condition of the
+connection too: nothing about them says a row is at fault.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class PlaneClient:
             return None
         if response.status_code // 100 != 2:
             raise PlaneError(
-                f"GET {self.url}{path} answered {response.status_code}: {_words(response.content)}",
+                f"GET {self.url}{path} answered {response.status_code}: {_words(_json(response.content), response.content)}",
                 status=response.status_code,
             )
         try:
@@ -109,24 +111,35 @@ class PlaneClient:
 
 def classify(status: int, content: bytes, headers: Mapping[str, str]) -> Answer:
     """The :class:`Answer` of an ingest response."""
-    words = _words(content)
+    body = _json(content)
+    words = _words(body, content)
     if 200 <= status < 300:
-        named, resend = _rejections(content)
+        missing = _unacknowledged(body, content)
+        if missing is not None:
+            return Answer(Outcome.FAILED, status, missing)
+        named, resend = _rejections(body)
         return Answer(Outcome.ACCEPTED, status, words, named, resend)
     if status in _PAYLOAD_REFUSALS:
-        named, _ = _rejections(content)
+        named, _ = _rejections(body)
         return Answer(Outcome.REFUSED, status, words, named)
     if status >= 500:
         return Answer(Outcome.FAILED, status, words, retry_after=_retry_after(headers))
     return Answer(Outcome.BLOCKED, status, words, retry_after=_retry_after(headers))
 
 
-def _words(content: bytes) -> str:
-    """The plane's explanation: its JSON ``error``/``detail`` if it gave one, else the body text."""
+_NOT_JSON: Final = object()
+
+
+def _json(content: bytes) -> Any:
+    """The body as JSON, or :data:`_NOT_JSON`."""
     try:
-        body = msgspec.json.decode(content)
+        return msgspec.json.decode(content)
     except msgspec.DecodeError:
-        body = None
+        return _NOT_JSON
+
+
+def _words(body: Any, content: bytes) -> str:
+    """The plane's explanation: its JSON ``error``/``detail`` if it gave one, else the body text."""
     if isinstance(body, dict):
         for field in ("error", "detail", "message"):
             text = body.get(field)
@@ -135,12 +148,26 @@ def _words(content: bytes) -> str:
     return content.decode("utf-8", "replace").strip()[:_EXPLANATION_CHARS]
 
 
-def _rejections(content: bytes) -> tuple[dict[str, str], frozenset[str]]:
+def _unacknowledged(body: Any, content: bytes) -> str | None:
+    """Why a 2xx body is not the plane's acknowledgment ``{"accepted": N, "rejections": [...]}``
+    (the rows may not have reached the plane), or ``None`` when it is one."""
+    what = 'not the plane\'s acknowledgment {"accepted": N, "rejections": [...]}'
+    if not content.strip():
+        return f"an empty body, {what}"
+    if body is _NOT_JSON:
+        return f"a body that is not JSON, {what}: {_words(body, content)!r}"
+    if not isinstance(body, dict):
+        return f"JSON {type(body).__name__}, {what}"
+    accepted = body.get("accepted")
+    if not isinstance(accepted, int) or isinstance(accepted, bool) or accepted < 0:
+        return f'no "accepted" count, {what}'
+    if not isinstance(body.get("rejections"), list):
+        return f'no "rejections" list, {what}'
+    return None
+
+
+def _rejections(body: Any) -> tuple[dict[str, str], frozenset[str]]:
     """``{checkpoint_id: reason}`` of a body's ``rejections``, and the ids it asks to send whole."""
-    try:
-        body = msgspec.json.decode(content)
-    except msgspec.DecodeError:
-        return {}, frozenset()
     found = body.get("rejections") if isinstance(body, dict) else None
     named: dict[str, str] = {}
     resend: set[str] = set()

@@ -63,8 +63,21 @@ class Tenant:
         return None
 
     async def ingest(self, raw_items: list[Any], raw_cache: list[Any]) -> dict[str, Any]:
-        """Store what is new; the answer body (``ingested``, ``rejections``)."""
+        """Store what is new; the answer body, the acknowledgment ``{"accepted": N, "rejections":
+        [...]}`` (``accepted`` counts the rows stored or already held). The cache entries are stored
+        first, so a reader never finds the row that follows a step without that step's results."""
         rejections: list[dict[str, Any]] = []
+        for raw in raw_cache:
+            try:
+                entry = msgspec.convert(raw, CacheItem)
+                await self.store.cache_put(entry.execution_id, entry.key, entry.value)
+            except (msgspec.ValidationError, TetherError) as exc:
+                rejections.append(
+                    {
+                        "key": raw.get("key") if isinstance(raw, dict) else None,
+                        "reason": f"malformed cache entry: {exc}",
+                    }
+                )
         runs: dict[str, list[Checkpoint]] = {}
         broken: set[tuple[str, str]] = set()
         for raw in raw_items:
@@ -109,19 +122,8 @@ class Tenant:
                 tg.start_soon(self._store_run, rows, refused)
         for cid, reason in refused.items():
             rejections.append(_rejected(cid, reason))
-        for raw in raw_cache:
-            try:
-                entry = msgspec.convert(raw, CacheItem)
-                await self.store.cache_put(entry.execution_id, entry.key, entry.value)
-            except (msgspec.ValidationError, TetherError) as exc:
-                rejections.append(
-                    {
-                        "key": raw.get("key") if isinstance(raw, dict) else None,
-                        "reason": f"malformed cache entry: {exc}",
-                    }
-                )
-        ingested = sum(len(rows) for rows in runs.values()) - len(refused)
-        return {"ingested": ingested, "rejected": len(rejections), "rejections": rejections}
+        accepted = sum(len(rows) for rows in runs.values()) - len(refused)
+        return {"accepted": accepted, "rejections": rejections}
 
     async def _store_run(self, rows: list[Checkpoint], refused: dict[str, str]) -> None:
         """Append one run's new rows in ``seq`` order (runs of a request are written concurrently,

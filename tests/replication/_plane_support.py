@@ -43,6 +43,8 @@ class Faults:
     times: int = -1  # ... this many times (-1: until changed)
     retry_after: str | None = None
     stall: float = 0.0  # seconds to wait before forwarding a POST
+    swallow: bool = False  # answer 200 with an empty body and forward nothing (a middlebox)
+    refuse_cache: int | None = None  # answer this status to a POST that carries cache entries
     posts: int = 0
     gets: list[str] = field(default_factory=list)
     ids_seen: list[list[str]] = field(default_factory=list)
@@ -72,12 +74,25 @@ class FaultLayer:
         f = self.faults
         f.posts += 1
         try:
-            ids = [i.get("checkpoint_id") for i in msgspec.json.decode(body).get("checkpoints", [])]
+            decoded = msgspec.json.decode(body)
+            ids = [i.get("checkpoint_id") for i in decoded.get("checkpoints", [])]
+            cached = bool(decoded.get("cache"))
         except (msgspec.DecodeError, AttributeError):
-            ids = []
+            ids, cached = [], False
         f.ids_seen.append(ids)
         if f.stall:
             await asyncio.sleep(f.stall)
+        if f.swallow:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            f.statuses.append(200)
+            return
+        if f.refuse_cache is not None and cached:
+            await _answer(
+                send, f.refuse_cache, {"error": "injected"}, [(b"content-type", b"application/json")]
+            )
+            f.statuses.append(f.refuse_cache)
+            return
         if f.status is not None and f.times != 0:
             f.times -= 1
             headers = [(b"content-type", b"application/json")]

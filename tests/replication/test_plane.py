@@ -77,10 +77,10 @@ async def test_bad_items_are_rejected_one_by_one(plane: Plane) -> None:
     assert "over the limit of 1048576" in found[big.checkpoint_id]
     assert found["broken"].startswith("malformed item:") and "seq" in found["broken"]
     assert "status 'done'" in found["bad-status"]
-    assert answer.json()["ingested"] == 1
+    assert answer.json()["accepted"] == 1
     # a known checkpoint_id sent again: the same content is accepted, a changed one rejected
     again = await post(plane, body([good]))
-    assert again.json() == {"ingested": 1, "rejected": 0, "rejections": []}
+    assert again.json() == {"accepted": 1, "rejections": []}
     changed = await post(plane, body([msgspec.structs.replace(good, node_input={"x": 1})]))
     assert changed.json()["rejections"] == [
         {
@@ -98,7 +98,7 @@ async def test_bad_items_are_rejected_one_by_one(plane: Plane) -> None:
 async def test_reads_and_tenants(plane: Plane) -> None:
     msgs = [make_message(i) for i in range(3)]
     rows = [make_row("run-t", i, messages=msgs[: i + 1]) for i in range(3)]
-    assert (await post(plane, body(rows))).json()["ingested"] == 3
+    assert (await post(plane, body(rows))).json() == {"accepted": 3, "rejections": []}
     async with httpx.AsyncClient(base_url=plane.url, headers={"x-api-key": "key-a"}) as http:
         run = (await http.get("/public/v1/runs/run-t")).json()
         assert [c["checkpoint_id"] for c in run["checkpoints"]] == [r.checkpoint_id for r in rows]
@@ -133,7 +133,7 @@ async def test_ten_thousand_items_from_eight_concurrent_senders(plane: Plane) ->
                 found = await http.post(
                     INGEST, content=body(rows), headers={"content-type": "application/json"}
                 )
-                answers.append(found.json()["ingested"])
+                answers.append(found.json()["accepted"])
                 again = runs[((s + 1) % senders) * requests + r][: per // 5]
                 await http.post(INGEST, content=body(again), headers={"content-type": "application/json"})
 

@@ -192,3 +192,43 @@ async def test_an_unreachable_plane_keeps_the_rows_buffered(tmp_path: Any) -> No
     assert await synced(store, rows) == [(False, None)] * 3
     assert await store.fetch_unsynced(10) == rows
     await store.close()
+
+
+async def test_a_200_with_an_empty_body_marks_nothing_synced(store_backend: Backend, plane: Plane) -> None:
+    """A middlebox that answers 200 with an empty body and forwards nothing: the rows stay
+    buffered (a transport error, retried), and reach the plane once it answers for itself."""
+    store = store_backend.open()
+    rows = await written(store, 4)
+    plane.faults.swallow = True
+    replicator = Replicator(plane.url, "key-a")
+    async with ActorSystem(store, replicator=replicator):
+        done = await replicator.drain()
+        assert done.buffered and done.sent == 0
+        assert plane.faults.statuses and set(plane.faults.statuses) == {200}
+        assert await synced(store, rows) == [(False, None)] * 4
+        assert await plane_rows(plane, "run-p") == []
+        plane.faults.swallow = False
+        await replicator.drain()
+        assert await synced(store, rows) == [(True, None)] * 4
+    assert await plane_rows(plane, "run-p") == rows
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"", "an empty body"),
+        (b"  \n", "an empty body"),
+        (b"<html>ok</html>", "not JSON"),
+        (b"[]", "JSON list"),
+        (b'{"ok": true}', 'no "accepted" count'),
+        (b'{"accepted": true, "rejections": []}', 'no "accepted" count'),
+        (b'{"accepted": 2}', 'no "rejections" list'),
+    ],
+)
+def test_a_2xx_without_the_acknowledgment_is_a_transport_error(content: bytes, why: str) -> None:
+    from replication._client import Outcome, classify
+
+    answer = classify(200, content, {})
+    assert answer.outcome is Outcome.FAILED and why in answer.explanation
+    assert classify(200, b'{"accepted": 2, "rejections": []}', {}).outcome is Outcome.ACCEPTED
