@@ -2,12 +2,14 @@
 
 Driven by messages (:mod:`replication._messages`): a :class:`Kick` per commit (sent without waiting,
 at most one queued), a :class:`Tick` from its timer child for retries, a :class:`Drain` when asked.
-A drain sends unsynced rows oldest first in batches; a refused batch that names no rows is bisected
-until each refused row stands alone, a refusal that names its rows quarantines those, and per-item
-rejections in a 2xx are quarantined. A condition of the connection (401, 403, 404, 408, 429) or a
-5xx/transport error leaves the rows buffered, with no age or count bound, and arms the timer with
-backoff (``Retry-After`` when the plane gives one). Leaving the system does one final drain,
-bounded by ``flush_timeout``.
+A drain sends unsynced rows oldest first in batches, each with the cache entries not yet sent (so
+a row never reaches the plane before the ``@idempotent`` results of the step it follows); a refused
+batch that names no rows is bisected until each refused row stands alone, a refusal that names its
+rows quarantines those, and per-item rejections in a 2xx are quarantined. A condition of the
+connection (401, 403, 404, 408, 429) or a 5xx/transport error leaves the rows buffered, with no age
+or count bound, and arms the timer with backoff (``Retry-After`` when the plane gives one); the
+backoff counts failures in a row, so an accepted POST, however slow, resets it. Leaving the system
+does one final drain, bounded by ``flush_timeout``.
 """
 
 from __future__ import annotations
@@ -197,25 +199,34 @@ class Replicator(Actor):
     async def _drain(self, done: Drained, *, until_empty: bool = True) -> Drained:
         """Send batches until the outbox is empty or the plane cannot take more now. A drain for
         a kick or a tick stops after a batch that was not full: what was written meanwhile kicked
-        again, and waits for its own (fuller) batch."""
+        again, and waits for its own (fuller) batch.
+
+        Each batch carries the cache entries not yet sent, read after its rows: an ``@idempotent``
+        result is committed before the row that follows its step, so the plane never holds that
+        row without the result (a run restored from it does not repeat the side effect)."""
         box = self._outbox()
         try:
             while True:
                 stored = await box.fetch_unsynced_stored(self.batch_size)
+                cache = await box.fetch_unsynced_cache(self.batch_size)
+                while len(cache) >= self.batch_size:  # more than a batch: full ones go first, alone
+                    if not await self._ship_cache(box, cache, done):
+                        done.buffered = True
+                        return done
+                    cache = await box.fetch_unsynced_cache(self.batch_size)
                 if not stored:
+                    if cache and not await self._ship_cache(box, cache, done):
+                        done.buffered = True
+                        return done
                     break
-                settled, whole = done.sent + done.quarantined, len(self._whole)
-                if not await self._ship(box, await self._outgoing(box, stored), done):
+                moved, whole = done.sent + done.quarantined, len(self._whole)
+                if not await self._ship(box, await self._outgoing(box, stored), done, cache):
                     done.buffered = True
                     return done
-                if done.sent + done.quarantined == settled and len(self._whole) == whole:
+                if done.sent + done.quarantined == moved and len(self._whole) == whole:
                     break  # nothing moved (rows sent whole are settled either way the next time)
                 if not until_empty and len(stored) < self.batch_size and len(self._whole) == whole:
                     break
-            while entries := await box.fetch_unsynced_cache(self.batch_size):
-                if not await self._ship_cache(box, entries, done):
-                    done.buffered = True
-                    return done
         except (StoreError, OSError) as exc:
             _log.warning("replicator: the store could not be read or marked: %r; retrying later", exc)
             done.buffered = True
@@ -243,14 +254,24 @@ class Replicator(Actor):
             out.append(_Out(cid, False, stored_item(row, chunk, kind)))
         return out
 
-    async def _ship(self, box: Any, rows: Sequence[_Out], done: Drained) -> bool:
-        """POST ``rows``; settle what the answer says. ``False``: the plane cannot take them now."""
-        answer = await self._post([row.item for row in rows])
+    async def _ship(
+        self, box: Any, rows: Sequence[_Out], done: Drained, cache: Sequence[CacheEntry] = ()
+    ) -> bool:
+        """POST ``rows`` (with ``cache``, the entries they must not arrive without); settle what
+        the answer says. ``False``: the plane cannot take them now."""
+        answer = await self._post([row.item for row in rows], [_cache_item(e) for e in cache])
         done.posts += 1
         match answer.outcome:
             case Outcome.ACCEPTED:
+                self._failures = 0  # a slow answer is still an answer: no backoff after it
+                if cache:
+                    await self._cache_sent(box, cache, done)
                 await self._settle(box, rows, answer, done)
                 return True
+            case Outcome.REFUSED if cache:
+                # A row or an entry is at fault: the entries alone first (each refused one is
+                # dropped), then the rows alone (bisected), never a row before its entries.
+                return await self._ship_cache(box, cache, done) and await self._ship(box, rows, done)
             case Outcome.REFUSED:
                 ids = {row.checkpoint_id for row in rows}
                 named = {cid: reason for cid, reason in answer.rejections.items() if cid in ids}
@@ -268,28 +289,27 @@ class Replicator(Actor):
                 return await self._ship(box, rows[:mid], done) and await self._ship(box, rows[mid:], done)
             case _:
                 _log.warning(
-                    "replicator: %s answered %s (%s); %d rows stay buffered",
+                    "replicator: %s answered %s (%s); %d rows and %d cache entries stay buffered",
                     self.url,
                     answer.status if answer.status is not None else "no response",
                     answer.explanation,
                     len(rows),
+                    len(cache),
                 )
                 self._wait(answer.retry_after)
                 return False
 
-    async def _post(self, items: Sequence[Item | StoredItem], cache: Sequence[CacheItem] = ()) -> Answer:
+    async def _post(self, items: Sequence[Item | StoredItem], cache: Sequence[CacheItem]) -> Answer:
         body = msgspec.json.encode({"checkpoints": items, "cache": cache})
         return await self._client.ingest(body)
 
     async def _ship_cache(self, box: Any, entries: Sequence[CacheEntry], done: Drained) -> bool:
-        """POST cache entries (after the rows); a refused one is dropped from the replica, logged."""
-        answer = await self._post(
-            [], [cache_item(e.execution_id, e.key, e.value, e.created_at) for e in entries]
-        )
+        """POST cache entries alone; a refused one is dropped from the replica, logged."""
+        answer = await self._post([], [_cache_item(e) for e in entries])
         done.posts += 1
         match answer.outcome:
             case Outcome.ACCEPTED:
-                pass
+                self._failures = 0
             case Outcome.REFUSED if len(entries) > 1:
                 mid = len(entries) // 2
                 return await self._ship_cache(box, entries[:mid], done) and await self._ship_cache(
@@ -304,11 +324,21 @@ class Replicator(Actor):
                     answer.explanation,
                 )
             case _:
+                _log.warning(
+                    "replicator: %s answered %s (%s); %d cache entries stay buffered",
+                    self.url,
+                    answer.status if answer.status is not None else "no response",
+                    answer.explanation,
+                    len(entries),
+                )
                 self._wait(answer.retry_after)
                 return False
+        await self._cache_sent(box, entries, done)
+        return True
+
+    async def _cache_sent(self, box: Any, entries: Sequence[CacheEntry], done: Drained) -> None:
         await box.mark_cache_synced([(e.execution_id, e.key) for e in entries])
         done.cached += len(entries)
-        return True
 
     async def _settle(self, box: Any, rows: Sequence[_Out], answer: Answer, done: Drained) -> None:
         """Quarantine the per-item rejections, keep the rows to send whole, mark the rest synced."""
@@ -360,3 +390,7 @@ class Replicator(Actor):
         except (MailboxFull, ActorStopped):
             return
         self._armed = True
+
+
+def _cache_item(entry: CacheEntry) -> CacheItem:
+    return cache_item(entry.execution_id, entry.key, entry.value, entry.created_at)

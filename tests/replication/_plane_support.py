@@ -45,6 +45,7 @@ class Faults:
     stall: float = 0.0  # seconds to wait before forwarding a POST
     swallow: bool = False  # answer 200 with an empty body and forward nothing (a middlebox)
     refuse_cache: int | None = None  # answer this status to a POST that carries cache entries
+    fail_every: int = 0  # answer 503 to every n-th POST (0: never)
     posts: int = 0
     gets: list[str] = field(default_factory=list)
     ids_seen: list[list[str]] = field(default_factory=list)
@@ -82,6 +83,10 @@ class FaultLayer:
         f.ids_seen.append(ids)
         if f.stall:
             await asyncio.sleep(f.stall)
+        if f.fail_every and f.posts % f.fail_every == 0:
+            await _answer(send, 503, {"error": "injected 503"}, [(b"content-type", b"application/json")])
+            f.statuses.append(503)
+            return
         if f.swallow:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b""})

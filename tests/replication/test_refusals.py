@@ -232,3 +232,25 @@ def test_a_2xx_without_the_acknowledgment_is_a_transport_error(content: bytes, w
     answer = classify(200, content, {})
     assert answer.outcome is Outcome.FAILED and why in answer.explanation
     assert classify(200, b'{"accepted": 2, "rejections": []}', {}).outcome is Outcome.ACCEPTED
+
+
+async def test_an_accepted_post_resets_the_backoff(tmp_path: Any, plane: Plane) -> None:
+    """A plane that fails every other POST (slow, timing out now and then) still takes a batch
+    about every half second: the backoff counts failures in a row, not failures since the last
+    empty outbox (doubling across 7 failures would take over a minute)."""
+    from stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "local.db")
+    rows = await written(store, 8)
+    plane.faults.fail_every = 2
+
+    async def settled() -> bool:
+        return all(state is not None and state[0] for state in await synced(store, rows))
+
+    started = time.monotonic()
+    async with ActorSystem(store, replicator=Replicator(plane.url, "key-a", batch_size=1)):
+        await eventually(settled, timeout=25)
+    assert time.monotonic() - started < 25
+    assert plane.faults.statuses.count(503) >= 7
+    assert await plane_rows(plane, "run-p") == rows
+    await store.close()
