@@ -16,6 +16,7 @@ import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
 from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, run_status
+from ._durable._runlog import DEFAULT_OUTAGE_GRACE
 from ._replica import KickingStore, ReplicatorLike
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ class ActorSystem:
     leaves no task behind; so does cancelling the block. When a failure escalates to the root (a
     restart intensity was exceeded there), it is logged, appended to :attr:`escalations`, every actor
     is stopped, the block is cancelled and it raises :class:`RestartIntensityExceeded`.
+
+    ``store_outage_grace`` (seconds, default 60) is how long a run rides out a store it cannot write
+    to (a restart, a dropped connection, a writer stalled behind a lock): its write is retried with
+    the same row, then the run is abandoned without writing anything more, for a sweep to recover.
     """
 
     def __init__(
@@ -49,7 +54,16 @@ class ActorSystem:
         replicator: object | None = None,
         supervision: Supervision | None = None,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        store_outage_grace: float = DEFAULT_OUTAGE_GRACE,
     ) -> None:
+        if (
+            not isinstance(store_outage_grace, int | float)
+            or isinstance(store_outage_grace, bool)
+            or not store_outage_grace >= 0
+        ):
+            raise ValueError(
+                f"store_outage_grace must be a number of seconds >= 0, not {store_outage_grace!r}"
+            )
         self.store = store
         self.runners = tuple(runners)
         if replicator is not None and not isinstance(replicator, ReplicatorLike):
@@ -62,6 +76,7 @@ class ActorSystem:
         self._runs = Runs(self._runtime, self._durable_store, self.runners)
         self._fleet = Fleet(self._runs, self._durable_store)
         self._fleet.max_recoveries = max_recoveries
+        self._runs.outage_grace = float(store_outage_grace)
         self._owns_store = False
         self._store_lock: anyio.Lock | None = None
 
@@ -92,6 +107,8 @@ class ActorSystem:
         tb: TracebackType | None,
     ) -> bool | None:
         try:
+            # Said before the stop waits: which runs it waits for, for how long, how to resume them.
+            await self._runs.report_stop(self._runtime.shutdown_timeout)
             return await self._runtime.__aexit__(exc_type, exc, tb)
         finally:
             if self._owns_store and self.store is not None:
@@ -190,7 +207,8 @@ class ActorSystem:
     async def serve(self, *, concurrency: int = 16, poll: float = 1.0, shutdown_grace: float = 10.0) -> None:
         """Run sweeps until cancelled, at most ``concurrency`` runs at once, woken by new work
         (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds. Cancelled, it gives the runs it took
-        ``shutdown_grace`` seconds to reach their next row, then hands them to the fleet."""
+        ``shutdown_grace`` seconds to reach their next row, then hands them to the fleet. A store
+        error never ends it: it logs a WARNING and looks again with backoff until the store is back."""
         await self._fleet.serve(concurrency=concurrency, poll=poll, shutdown_grace=shutdown_grace)
 
     async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
@@ -208,9 +226,9 @@ class ActorSystem:
         return self._runs.ref(execution_id)
 
     async def status(self, execution_id: str) -> RunSummary:
-        """How the run stands (completed, failed, paused, running, orphaned, queued), from the store
-        and the ownership locks, for a run of any process; ``RunNotFound`` for an unknown run.
-        Reading it takes no lock."""
+        """How the run stands (completed, failed, paused, running, orphaned, approved, queued), from
+        the store and the ownership locks, for a run of any process; ``RunNotFound`` for an unknown
+        run. Reading it takes no lock."""
         return await run_status(await self._durable_store(), execution_id)
 
     async def runs(

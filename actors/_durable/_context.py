@@ -71,6 +71,9 @@ class RunContext:
     shared: dict[str, Any] | None = None
     step: int | None = None
     occurrences: Occurrences = dataclasses.field(default_factory=Occurrences)
+    #: How long an ``@idempotent`` lookup or put rides out a store outage (the system's
+    #: ``store_outage_grace``) before the step is abandoned.
+    outage_grace: float = 60.0
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -125,6 +128,7 @@ def bind_run(
     resume: Resume | None = None,
     shared: dict[str, Any] | None = None,
     step: int | None = None,
+    outage_grace: float = 60.0,
 ) -> AbstractContextManager[RunContext]:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
     counting its ``@idempotent`` calls from 0)."""
@@ -137,6 +141,7 @@ def bind_run(
             resume=resume,
             shared=shared,
             step=step,
+            outage_grace=outage_grace,
         )
     )
 

@@ -61,7 +61,7 @@ from ._messages import (
     Step,
     TakeTurn,
 )
-from ._runlog import RunLog, step_seq
+from ._runlog import RunLog, StepAbandoned, step_seq
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
 
@@ -274,11 +274,17 @@ class RunEngine(Level):
                 resume=resume,
                 shared=self.rows.shared,
                 step=step_seq(row),
+                outage_grace=self.rows.grace,
             ):
                 outcome = await tool.invoke(call.arguments)
         except PauseSignal as signal:
             raise await self._pause(row, signal) from None
+        except StepAbandoned as abandoned:  # the store stayed unusable under an @idempotent call
+            raise abandoned.lost from None
         except BaseExceptionGroup as group:  # a tool's own task group wraps the signal
+            lost, _ = group.split(StepAbandoned)
+            if lost is not None:
+                raise _first_abandoned(lost).lost from None
             match, rest = group.split(PauseSignal)
             if match is None or rest is not None:
                 raise
@@ -372,6 +378,14 @@ def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], 
                 return calls, index
             break
     raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} names no tool call to re-enter")
+
+
+def _first_abandoned(group: BaseExceptionGroup[StepAbandoned]) -> StepAbandoned:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            return _first_abandoned(error)
+        return error
+    raise AssertionError("split() returned an empty group")  # pragma: no cover
 
 
 def _first_signal(group: BaseExceptionGroup[PauseSignal]) -> PauseSignal:

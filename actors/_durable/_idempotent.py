@@ -31,6 +31,12 @@ run the body once: the first caller leads, the others get its value or exception
 lets the next waiter lead). Across processes the store's insert-if-absent ``cache_put`` makes the
 first stored value win.
 
+A store error never reaches the body's caller: a lookup or a put that finds the store unusable is
+retried with backoff for up to the system's ``store_outage_grace``, then the step is abandoned as on
+lock loss (the run stops without writing; a sweep recovers it), by an exception no tool catches
+(:class:`~._runlog.StepAbandoned`). A body that ran before an abandoned put is inside the
+at-least-once window above: its re-run has the same :func:`idempotency_key`.
+
 Sync functions work in a run when called from a worker thread (a sync tool runs in one); on the
 event-loop thread a sync ``@idempotent`` function cannot wait for the store and raises ``RuntimeError``.
 """
@@ -49,12 +55,13 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 import anyio.from_thread
 
-from stores import IdempotencyError, Store, canonical_json, new_id
+from stores import IdempotencyError, OwnershipLost, Store, StoreError, canonical_json, new_id
 from stores import normalize_json as normalize
 
 from .._core import LazyEvent
 from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
+from ._runlog import StepAbandoned, outage_abandoned, outlast
 
 __all__ = ["idempotency_key", "idempotent", "module_name"]
 
@@ -110,7 +117,7 @@ _flights: dict[_FlightKey, _Flight] = {}
 class _Call:
     """One call of an ``@idempotent`` function in a run: where it caches, under which keys."""
 
-    __slots__ = ("at_most_once", "execution_id", "external", "key", "name", "older", "store")
+    __slots__ = ("at_most_once", "execution_id", "external", "grace", "key", "name", "older", "store")
 
     def __init__(
         self,
@@ -121,8 +128,10 @@ class _Call:
         older: tuple[str, ...],
         *,
         at_most_once: bool,
+        grace: float,
     ) -> None:
         self.store = store
+        self.grace = grace
         self.execution_id = execution_id
         self.name = name
         self.key = key
@@ -130,9 +139,26 @@ class _Call:
         self.at_most_once = at_most_once
         self.external = hashlib.sha256(canonical_json([_EXTERNAL, execution_id, key])).hexdigest()
 
+    async def through_outage(self, attempt: Callable[[], Any], what: str) -> Any:
+        """``await attempt()`` through a store outage (retried for up to ``grace`` seconds); a store
+        that stays unusable, or a lost lock, raises :class:`StepAbandoned` (never a tool's result)."""
+        try:
+            return await outlast(attempt, execution_id=self.execution_id, grace=self.grace, what=what)
+        except StoreError as error:
+            lost = (
+                error
+                if isinstance(error, OwnershipLost)
+                else outage_abandoned(self.execution_id, self.grace, error)
+            )
+            raise StepAbandoned(lost) from error
+
     async def lookup(self) -> tuple[bool, Any]:
         """``(True, value)`` when a result is stored; ``(False, None)`` when the body must run (for
-        an at-most-once call, once its intent is recorded). Raises ``SideEffectInDoubt``."""
+        an at-most-once call, once its intent is recorded). Raises ``SideEffectInDoubt``, or
+        :class:`StepAbandoned` when the store stays unusable."""
+        return await self.through_outage(self._lookup, f"@idempotent {self.name} lookup")  # type: ignore[no-any-return]
+
+    async def _lookup(self) -> tuple[bool, Any]:
         store, eid = self.store, self.execution_id
         if not self.at_most_once:
             hit = await store.cache_get(eid, self.key)
@@ -185,6 +211,10 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
         return True, value, None
     try:
         check_owner(call.store, call.execution_id)  # the body runs only while the run is ours
+    except OwnershipLost as exc:  # never the tool's result: the run stops without writing
+        abandoned = StepAbandoned(exc)
+        _settle(flight, error=abandoned)  # each waiter checks for itself
+        raise abandoned from None
     except BaseException as exc:
         _settle(flight, error=exc)
         raise
@@ -194,7 +224,10 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
 async def _finish(call: _Call, flight: _Flight, result: Any) -> Any:
     """Store the leader's result (insert-if-absent) and hand the stored value to the waiters."""
     try:
-        stored = await call.store.cache_put(call.execution_id, call.key, _json_result(result, call.name))
+        value = _json_result(result, call.name)
+        stored = await call.through_outage(
+            lambda: call.store.cache_put(call.execution_id, call.key, value), f"@idempotent {call.name} put"
+        )
     except BaseException as exc:
         _settle(flight, error=exc)
         raise
@@ -252,20 +285,22 @@ def _make_call(
         if not isinstance(user_key, str):
             raise TypeError(f"@idempotent key= for {name!r} must return a str, not {type(user_key).__name__}")
         older: tuple[str, ...] = () if loaded_as is None else (f"{loaded_as}:{user_key}",)
-        return _Call(store, eid, name, f"{name}:{user_key}", older, at_most_once=at_most_once)
+        return _Call(
+            store, eid, name, f"{name}:{user_key}", older, at_most_once=at_most_once, grace=ctx.outage_grace
+        )
     arguments = _json_arguments(name, signature, args, kwargs)
     legacy = hashlib.sha256(canonical_json([name, arguments])).hexdigest()
     step = ctx.step if ctx.step is not None else ctx.node_id
     k = ctx.occurrences.next(legacy)
     key = _occurrence_key(eid, step, name, arguments, k)
     if loaded_as is None:
-        return _Call(store, eid, name, key, (legacy,), at_most_once=at_most_once)
+        return _Call(store, eid, name, key, (legacy,), at_most_once=at_most_once, grace=ctx.outage_grace)
     # A script's function: its entries of earlier versions name the module "__main__".
     older = (
         _occurrence_key(eid, step, loaded_as, arguments, k),
         hashlib.sha256(canonical_json([loaded_as, arguments])).hexdigest(),
     )
-    return _Call(store, eid, name, key, older, at_most_once=at_most_once)
+    return _Call(store, eid, name, key, older, at_most_once=at_most_once, grace=ctx.outage_grace)
 
 
 def _occurrence_key(eid: str, step: int | str | None, name: str, arguments: Any, k: int) -> str:

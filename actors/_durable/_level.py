@@ -32,11 +32,11 @@ from stores import (
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
-    OwnershipLost,
     PendingInterrupt,
     RunExists,
     SerializationError,
     Store,
+    StoreError,
     WriteConflict,
     conversation_of,
     new_id,
@@ -352,14 +352,15 @@ class Level:
     async def step(self, step: Step) -> Next:
         """Take one step; return the next one, a child to run, or how this level's work ended.
 
-        A pause is :class:`Paused`; an exception is :class:`Failed` (rule 12), except a lost race or
-        a used id, which propagate: that writer stops and writes nothing more.
+        A pause is :class:`Paused`; an exception is :class:`Failed` (rule 12), except a lost race, a
+        used id or a store error (a lost lock, a store still unusable after its outage grace), which
+        propagate: that writer stops and writes nothing more, and a store error is never a failure.
         """
         try:
             return await self._step(step)
         except PausedSignal as paused:
             return Paused(paused.pending)
-        except (AlreadyResumed, RunExists, OwnershipLost):
+        except (AlreadyResumed, RunExists, StoreError):
             raise
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
@@ -370,7 +371,7 @@ class Level:
             return await self._delivered(outcome)
         except PausedSignal as paused:
             return Paused(paused.pending)
-        except (AlreadyResumed, RunExists, OwnershipLost):
+        except (AlreadyResumed, RunExists, StoreError):
             raise
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
@@ -383,7 +384,7 @@ class Level:
             case Answered(output=output):
                 try:
                     return await self._end(COMPLETED, output=output)
-                except (AlreadyResumed, RunExists, OwnershipLost):
+                except (AlreadyResumed, RunExists, StoreError):
                     raise
                 except Exception as error:
                     return await self._end(FAILED, error=f"{type(error).__name__}: {error}")

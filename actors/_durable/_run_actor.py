@@ -38,7 +38,7 @@ from ._messages import (
     SpawnFork,
 )
 from ._result import RunResult
-from ._runlog import RunLog, StepLog
+from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
 from .topologies import drive
 
 if TYPE_CHECKING:
@@ -85,8 +85,10 @@ class RunActor(Actor):
         live: dict[str, RunActor],
         hub: EventHub | None = None,
         opening: Opening | None = None,
+        grace: float = DEFAULT_OUTAGE_GRACE,
     ) -> None:
         self.store = store
+        self._grace = grace
         self._live = live
         self.runner = runner
         self.execution_id = execution_id
@@ -135,6 +137,7 @@ class RunActor(Actor):
             log=self._log,
             on_first_row=reply.started.set,
             after_row=self._stop_if_released,
+            grace=self._grace,
         )
 
     @property

@@ -5,6 +5,12 @@ this process, so all of them draw ``seq`` from one allocator ("the log is the lo
 ``docs/durability.md``): the unique ``(execution_id, seq)`` key makes a stale writer lose with
 ``WriteConflict``. It builds rows from what a writer hands it and knows nothing of agents, models
 or transcripts, so the agent engine and the topologies write through the same code.
+
+A store outage is a pause, not a failure (:func:`outlast`): a write the store could not make, or
+whose outcome is unknown, is retried with the same row (same ``seq`` and ``checkpoint_id``; a retry
+that finds that row committed is done), with backoff, for up to the system's ``store_outage_grace``.
+If the store is still unusable then, the run is abandoned as on lock loss (``OwnershipLost``): it
+stops and writes nothing more, no failed marker, no gap in ``seq``, for a sweep to recover.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import msgspec
@@ -23,9 +29,13 @@ from stores import (
     REENTRY_SEQ,
     RESUME_KEY,
     RUN_END,
+    AlreadyResumed,
     Checkpoint,
+    OwnershipLost,
     PendingInterrupt,
+    RunExists,
     Store,
+    StoreUnavailable,
     decode_json,
     encode_json,
     new_id,
@@ -38,13 +48,35 @@ if TYPE_CHECKING:
     from ..models._stream import TextSink
     from ._follow import EventHub
 
-__all__ = ["MARKER_TIMEOUT", "SHARED", "TOOL_SEQ", "RunLog", "StepLog", "step_seq"]
+__all__ = [
+    "DEFAULT_OUTAGE_GRACE",
+    "MARKER_TIMEOUT",
+    "SHARED",
+    "TOOL_SEQ",
+    "RunLog",
+    "StepAbandoned",
+    "StepLog",
+    "outage_abandoned",
+    "outlast",
+    "step_seq",
+]
+
+T = TypeVar("T")
 
 #: The snapshot key of the run's ``shared`` dict.
 SHARED = "shared"
 
-#: Bound on writing the run_end marker after a cancel or a failure (shielded).
+#: Bound on one attempt at writing the run_end marker (shielded, so its outcome is known; an
+#: attempt cut short is retried like any write whose outcome is unknown).
 MARKER_TIMEOUT = 10.0
+#: How long a run rides out a store it cannot write to before it is abandoned (seconds; the
+#: default of ``ActorSystem(store_outage_grace=...)``).
+DEFAULT_OUTAGE_GRACE = 60.0
+#: The first pause between two attempts at a write the store could not make, and the longest.
+_FIRST_PAUSE = 0.05
+_LONGEST_PAUSE = 2.0
+
+_log = tether_logger()
 #: A ``hitl_pause`` row's snapshot key holding the ``seq`` of the tool row it paused (the step
 #: ``@idempotent`` keys by, so a resumed tool finds what its first pass cached).
 TOOL_SEQ = "tool_seq"
@@ -57,6 +89,68 @@ def step_seq(row: Checkpoint) -> int:
         if isinstance(seq, int) and not isinstance(seq, bool):
             return seq
     return row.seq
+
+
+class StepAbandoned(BaseException):
+    """Raised out of a tool when an ``@idempotent`` lookup or put outlasted the store's grace: not an
+    ``Exception``, so no tool (nor its ``except Exception``) turns it into a result the model reads;
+    the engine re-raises :attr:`lost` and the run is abandoned without writing."""
+
+    def __init__(self, lost: OwnershipLost) -> None:
+        super().__init__(str(lost))
+        self.lost = lost
+
+
+def outage_abandoned(execution_id: str, grace: float, error: BaseException) -> OwnershipLost:
+    """The error of a run abandoned because its store stayed unusable for ``grace`` seconds."""
+    return OwnershipLost(
+        f"run {execution_id!r} was abandoned: its store stayed unusable for {grace:g} s "
+        f"({type(error).__name__}: {error}); it stopped without writing, and a sweep recovers it "
+        "once the store is back"
+    )
+
+
+async def outlast(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    execution_id: str,
+    grace: float,
+    what: str,
+    committed: Callable[[], Awaitable[T | None]] | None = None,
+) -> T:
+    """``await attempt()``, again and again while the store is unusable (``StoreUnavailable``,
+    which covers a lost connection and a write whose outcome is unknown), with backoff, for up to
+    ``grace`` seconds; then ``OwnershipLost`` (see :func:`outage_abandoned`).
+
+    A lost lock (``OwnershipLost``) is never retried. After an outage, a retry refused because its
+    row is taken (``AlreadyResumed``, ``WriteConflict``, ``RunExists``) asks ``committed()``: a value
+    other than ``None`` means the row is the one this write made, whose commit the outage hid.
+    """
+    deadline: float | None = None
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            return await attempt()
+        except OwnershipLost:
+            raise
+        except StoreUnavailable as error:
+            now = anyio.current_time()
+            if deadline is None:
+                deadline = now + grace
+                _log.warning(
+                    "store unusable: retrying", execution_id=execution_id, write=what, error=repr(error)
+                )
+            if now >= deadline:
+                raise outage_abandoned(execution_id, grace, error) from error
+            await anyio.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, _LONGEST_PAUSE)
+        except (AlreadyResumed, RunExists):
+            if deadline is None or committed is None:
+                raise
+            found = await outlast(committed, execution_id=execution_id, grace=grace, what=what)
+            if found is None:
+                raise
+            return found
 
 
 class StepLog:
@@ -119,6 +213,7 @@ class RunLog:
         "_next_seq",
         "_on_first_row",
         "execution_id",
+        "grace",
         "hops",
         "log",
         "runner",
@@ -135,11 +230,14 @@ class RunLog:
         log: StepLog,
         on_first_row: Callable[[], object] | None = None,
         after_row: Callable[[], Awaitable[None]] | None = None,
+        grace: float = DEFAULT_OUTAGE_GRACE,
     ) -> None:
         self.store = store
         self.execution_id = execution_id
         self.runner = runner
         self.log = log
+        #: How long a write rides out a store outage before the run is abandoned (:func:`outlast`).
+        self.grace = grace
         self._next_seq = 0
         self._on_first_row = on_first_row
         self._after_row = after_row
@@ -209,9 +307,26 @@ class RunLog:
 
     # -- writes -------------------------------------------------------------------------------------
 
+    async def _outlast(self, attempt: Callable[[], Awaitable[T]], row: Checkpoint, done: T) -> T:
+        """``attempt`` (a write of ``row``) through a store outage (:func:`outlast`); a retry that
+        finds ``row`` itself committed gives ``done``."""
+
+        async def committed() -> T | None:
+            found = await self.store.get(self.execution_id, row.checkpoint_id)
+            return done if found is not None and found.seq == row.seq else None
+
+        return await outlast(
+            attempt, execution_id=self.execution_id, grace=self.grace, what=row.node_id, committed=committed
+        )
+
     async def append(self, row: Checkpoint) -> None:
-        """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken)."""
-        await self.store.append(row)
+        """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken), riding out a
+        store outage (:func:`outlast`)."""
+        await self._outlast(lambda: self.store.append(row), row, None)
+        await self._written(row)
+
+    async def _written(self, row: Checkpoint) -> None:
+        """``row`` was committed: tell the log, the first row's waiter, and ``after_row``."""
         self.log.step(row)
         if self._on_first_row is not None:
             notify, self._on_first_row = self._on_first_row, None
@@ -221,8 +336,8 @@ class RunLog:
 
     async def claim(self, row: Checkpoint) -> None:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
-        for every claimer but one)."""
-        await self.store.claim(row)
+        for every claimer but one), riding out a store outage."""
+        await self._outlast(lambda: self.store.claim(row), row, None)
         self.log.step(row)
 
     async def pause(
@@ -250,16 +365,22 @@ class RunLog:
             created_at=pause.created_at,
             expires_at=None if expires_in is None else pause.created_at + timedelta(seconds=expires_in),
         )
-        await self.store.append_pause(pause, pending)
+        await self._outlast(lambda: self.store.append_pause(pause, pending), pause, None)
         self.log.step(pause)
         return pending
 
     async def end(self, row: Checkpoint) -> None:
-        """Append the ``run_end`` marker ``row``, shielded so a cancel cannot lose it and bounded by
-        :data:`MARKER_TIMEOUT` (``TimeoutError`` if the write did not finish in time)."""
-        # ``fail_after(shield=True)`` without its two generator layers: a shielded scope, then the
-        # same TimeoutError if the deadline cut the write short.
-        with anyio.CancelScope(deadline=anyio.current_time() + MARKER_TIMEOUT, shield=True) as scope:
-            await self.append(row)
-        if scope.cancelled_caught:
-            raise TimeoutError
+        """Append the ``run_end`` marker ``row``: each attempt shielded, so a cancel cannot lose it,
+        and bounded by :data:`MARKER_TIMEOUT` (an attempt cut short has an unknown outcome, and is
+        retried like any other through a store outage)."""
+
+        async def attempt() -> None:
+            # ``fail_after(shield=True)`` without its two generator layers.
+            with anyio.CancelScope(deadline=anyio.current_time() + MARKER_TIMEOUT, shield=True) as scope:
+                await self.store.append(row)
+            if scope.cancelled_caught:
+                raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")
+
+        await self._outlast(attempt, row, None)
+        with anyio.CancelScope(shield=True):
+            await self._written(row)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -27,9 +27,10 @@ from stores import (
     Store,
     check_execution_id,
     new_id,
+    parse_path,
 )
 
-from ..models import Message
+from ..models import Message, ModelReply
 from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._follow import EventHub, EventStream
@@ -47,6 +48,8 @@ from ._messages import (
 )
 from ._result import RunResult
 from ._run_actor import Opening, RunActor
+from ._runlog import DEFAULT_OUTAGE_GRACE
+from ._shutdown import report_stop
 from .topologies import Runner, Supervisor, Swarm
 
 if TYPE_CHECKING:
@@ -56,6 +59,10 @@ __all__ = ["RunRef", "Runs"]
 
 #: Bound on the clean-up of runs stopped mid-step by :meth:`Runs.release` (their ownership release).
 _RELEASE_CLEANUP = 10.0
+#: How often a ref waiting for a run another process drives reads its newest row (first, at most).
+_FOLLOW_POLL: Final = (0.02, 0.5)
+#: Replies remembered for ``ref()`` before the settled ones are dropped (then twice those left).
+_INFLIGHT_MIN: Final = 64
 
 
 class RunRef:
@@ -102,10 +109,12 @@ class RunRef:
 
         Refusals (a lost claim, a finished run, a used id) are raised here. ``timeout`` bounds the
         wait (``TimeoutError``); without one the wait is as long as the run's steps (a model call,
-        a tool), which is the caller's choice. A ref with no message in flight reads the store.
+        a tool), which is the caller's choice. A ref of ``system.ref(id)`` first waits for the
+        message this process delivered to the run last, and for a run another live process drives,
+        until it rests; then it reads the store.
         """
         if self._reply is None:
-            return await self._runs.status(self.execution_id)
+            return await self._runs.settled(self.execution_id, timeout=timeout)
         with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
             await self._reply.done.wait()
         if self._reply.error is not None:
@@ -137,6 +146,11 @@ class Runs:
         self._given: dict[str, Runner] = {_checked_runner(runner).name: runner for runner in runners}
         self._spawned: dict[str, Runner] = {}
         self._watched: set[int] = set()  # the stores whose lock loss this system listens for
+        #: How long a run's writes ride out a store outage before it is abandoned (seconds).
+        self.outage_grace = DEFAULT_OUTAGE_GRACE
+        # The newest reply of a message delivered to each run, while it may be unsettled (``ref()``).
+        self._inflight: dict[str, Reply] = {}
+        self._inflight_bound = _INFLIGHT_MIN
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -165,6 +179,7 @@ class Runs:
             )
         finally:
             registry.unreserve(run_id)  # when it was not activated
+        self._track(run_id, reply)  # the run is this spawn's (a refused one never replaces it)
         return await self._started(run_id, reply)
 
     def first_messages(
@@ -214,8 +229,11 @@ class Runs:
         newest = await store.latest(execution_id)
         if newest is None:
             raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
-        runner = self._runner(newest.runner, execution_id)
         live = self._live.get(execution_id)
+        if isinstance(run_message, Cancel) and live is None:
+            runner = self._runner_or_stand_in(newest)  # a cancel needs no runner
+        else:
+            runner = self._runner(newest.runner, execution_id)
         if live is not None and live.busy and not isinstance(run_message, Cancel):
             # One live owner: a resume of a run that is running here is refused before it runs anything.
             refused = Reply()
@@ -281,25 +299,34 @@ class Runs:
         """The event stream behind :meth:`RunRef.events`."""
         return EventStream(self._store, self._hub, execution_id, since=since, tokens=tokens, start=start)
 
-    async def status(self, execution_id: str) -> RunResult:
-        """How the run stands according to its newest row (for a ref with nothing in flight)."""
-        store = await self._store()
-        newest = await store.latest(execution_id)
-        if newest is None:
-            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
-        snapshot = newest.state_snapshot
-        if newest.step_type == RUN_END:
-            if newest.status == COMPLETED:
-                return RunResult(execution_id=execution_id, status="completed", output=snapshot.get("output"))
-            return RunResult(execution_id=execution_id, status="failed", error=snapshot.get("run_error"))
-        if newest.status == INTERRUPTED:
-            pending = await store.pending(execution_id)
-            return RunResult(
-                execution_id=execution_id, status="paused", pending=pending[0] if pending else None
-            )
-        raise RunNotFound(
-            f"run {execution_id!r} has not paused or ended: it is running or crashed at {newest.node_id!r}"
-        )
+    async def settled(self, execution_id: str, *, timeout: float | None = None) -> RunResult:
+        """How the run stands at its next resting row (for a ref of ``ref()``): a message this
+        process delivered to it is waited for first, then a run another live process drives is
+        read again (every 20 ms, growing to 0.5 s) until it rests. A run nobody drives raises
+        ``RunNotFound`` naming where it stopped; ``timeout`` bounds the whole wait."""
+        delay = _FOLLOW_POLL[0]
+        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            while True:
+                reply = self._inflight.get(execution_id)
+                if reply is not None and not reply.done.is_set():
+                    await reply.done.wait()
+                store = await self._store()
+                newest = await store.latest(execution_id)
+                if newest is None:
+                    raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+                result = await _resting(store, newest)
+                if result is not None:
+                    return result
+                driven = self.is_live(execution_id) or bool(await store.owned([execution_id]))
+                later = self._inflight.get(execution_id)
+                if not driven and (later is None or later.done.is_set()):
+                    raise RunNotFound(
+                        f"run {execution_id!r} has not paused or ended and no process drives it: it "
+                        f"stopped at {newest.node_id!r} ({newest.step_type}); resume it, or let a "
+                        "worker's sweep take it"
+                    )
+                await anyio.sleep(delay)
+                delay = min(2 * delay, _FOLLOW_POLL[1])
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -307,8 +334,37 @@ class Runs:
         """The runner a resume of ``execution_id`` uses: the one given by ``name``, else the newest spawned."""
         runner = self._given.get(name) or self._spawned.get(name)
         if runner is None:
-            raise RunnerNotFound(name, execution_id=execution_id)
+            raise RunnerNotFound(
+                name, execution_id=execution_id, registered=sorted(set(self._given) | set(self._spawned))
+            )
         return runner
+
+    def _runner_or_stand_in(self, newest: Checkpoint) -> Runner:
+        """The run's runner for a cancel; without one, a stand-in that only writes the marker as
+        the run's root (the stored name and root path segment): a cancel needs no runner."""
+        found = self._given.get(newest.runner) or self._spawned.get(newest.runner)
+        if found is not None:
+            return found
+        try:
+            kind, name = parse_path(newest.agent_path)[0] if newest.agent_path else ("agent", newest.runner)
+        except ValueError:
+            kind, name = "agent", newest.runner
+        return _StandIn(newest.runner, f"{kind}:{name}")
+
+    def _track(self, execution_id: str, reply: Reply) -> None:
+        """Remember ``reply`` as the run's newest (``ref()`` waits on it); settled ones are dropped
+        once there are twice as many as were unsettled at the last drop."""
+        self._inflight[execution_id] = reply
+        if len(self._inflight) > self._inflight_bound:
+            self._inflight = {k: r for k, r in self._inflight.items() if not r.done.is_set()}
+            self._inflight_bound = max(_INFLIGHT_MIN, 2 * len(self._inflight))
+
+    async def report_stop(self, bound: float) -> None:
+        """Before a stop: a WARNING per run live here inside a sync tool (which the stop cannot
+        interrupt), naming how long the stop waits for it and how to resume it."""
+        busy = [(eid, actor.runner) for eid, actor in self._live.items() if actor.busy]
+        if busy:
+            await report_stop(self._live[busy[0][0]].store, busy, bound)
 
     async def release(self, execution_ids: Iterable[str], *, grace: float) -> None:
         """Hand these runs (those live here) to the fleet: each stops before its next step, and one
@@ -353,10 +409,12 @@ class Runs:
             live=self._live,
             hub=self._hub,
             opening=opening,
+            grace=self.outage_grace,
         )
 
     async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
         reply = Reply()
+        self._track(execution_id, reply)
         await self._runtime.deliver(
             execution_id,
             lambda: self._actor(store, runner, execution_id),
@@ -372,6 +430,41 @@ class Runs:
         if reply.error is not None and reply.done.is_set():
             raise reply.error
         return RunRef(self, execution_id, reply, start=0)
+
+
+async def _resting(store: Store, newest: Checkpoint) -> RunResult | None:
+    """How the run stands if ``newest`` is a resting row (its end, or a pause); else ``None``."""
+    execution_id, snapshot = newest.execution_id, newest.state_snapshot
+    if newest.step_type == RUN_END:
+        if newest.status == COMPLETED:
+            return RunResult(execution_id=execution_id, status="completed", output=snapshot.get("output"))
+        return RunResult(execution_id=execution_id, status="failed", error=snapshot.get("run_error"))
+    if newest.status == INTERRUPTED:
+        pending = await store.pending(execution_id)
+        return RunResult(execution_id=execution_id, status="paused", pending=pending[0] if pending else None)
+    return None
+
+
+class _NoModel:
+    """The model of a cancel's stand-in runner: it is never asked."""
+
+    async def complete(self, *args: Any, **kwargs: Any) -> ModelReply:
+        raise RuntimeError("a stand-in runner only writes a cancel's marker")
+
+
+class _StandIn(Agent):
+    """Stands in for a runner this process was not given, for a cancel: no tools, no model call,
+    the run's root path segment as its label, so the marker reads as the run's root wrote it."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, name: str, root: str) -> None:
+        super().__init__(name, _NoModel())
+        self._root = root
+
+    @property
+    def label(self) -> str:
+        return self._root
 
 
 def _checked_runner(runner: object) -> Runner:

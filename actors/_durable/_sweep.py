@@ -16,6 +16,11 @@ lists without reading the resting runs. Here:
   store, and the unique ``(execution_id, seq)`` refuses a second writer in any case.
 * :meth:`Fleet.serve` sweeps until cancelled, at most ``concurrency`` runs at once, woken by
   PostgreSQL's ``LISTEN``/``NOTIFY`` when work is handed off and by polling every ``poll`` seconds.
+* A store error never stops a sweep or ``serve``: ``serve`` logs a WARNING and looks again with
+  backoff (at most :data:`_LONGEST_BACKOFF` seconds apart) until the store answers, while the
+  store reconnects. A run this process let go in an outage (abandoned after ``store_outage_grace``,
+  or whose take or release failed) may still name this process as its owner, so no other sweep
+  lists it: this process's sweeps take it again themselves.
 * :meth:`Fleet.claim` claims a pause without a runner: the ``resume`` row with the decision, then the
   run released, so handed to the fleet, whose sweep finishes it.
 """
@@ -40,6 +45,7 @@ from stores import (
     RunExists,
     RunNotFound,
     Store,
+    StoreError,
 )
 
 from .._core import tether_logger
@@ -62,6 +68,9 @@ _log = tether_logger()
 _EXPIRED = Resume(approved=False, metadata={"expired": True})
 #: Bound on releasing a run after writing it (shielded; seconds).
 _RELEASE_TIMEOUT = 5.0
+#: The first and the longest pause of ``serve`` between two looks at a store that fails (seconds).
+_FIRST_BACKOFF = 0.1
+_LONGEST_BACKOFF = 2.0
 
 
 def _fleet_store(store: Store) -> Any:
@@ -78,6 +87,8 @@ class Fleet:
         self._runs = runs
         self._store = store
         self.max_recoveries = DEFAULT_MAX_RECOVERIES
+        #: Runs this process let go in a store outage: its own sweeps take them again.
+        self._retake: set[str] = set()
 
     # -- the queue --------------------------------------------------------------------------------
 
@@ -95,7 +106,11 @@ class Fleet:
             raise RunExists(f"run {run_id!r} is owned by a live process")
         try:
             rows = RunLog(
-                store, run_id, runner=runner.name, log=StepLog(execution_id=run_id, runner=runner.name)
+                store,
+                run_id,
+                runner=runner.name,
+                log=StepLog(execution_id=run_id, runner=runner.name),
+                grace=self._runs.outage_grace,
             )
             transcript = Transcript(messages)
             await rows.append(
@@ -159,9 +174,14 @@ class Fleet:
         async with anyio.create_task_group() as tg:
             for execution_id in await self._expire(store, limit):
                 tg.start_soon(take, execution_id)
-            for execution_id in await store.orphans(limit):
+            for execution_id in self._with_retakes(await store.orphans(limit), limit):
                 tg.start_soon(take, execution_id)
         return taken
+
+    def _with_retakes(self, orphans: list[str], limit: int) -> list[str]:
+        """``orphans``, then the runs this process let go in an outage, at most ``limit`` in all."""
+        found = list(dict.fromkeys([*orphans, *sorted(self._retake)]))
+        return found[:limit]
 
     async def _expire(self, store: Any, limit: int) -> list[str]:
         """Claim each expired pause as a refusal (exactly once, like any claim); the runs claimed
@@ -192,13 +212,15 @@ class Fleet:
         in_flight: set[str] = set()
         driving: set[str] = set()  # the runs taken by this serve and still driven
         wake = anyio.Event()
+        backoff = _FIRST_BACKOFF
+        failing = False
 
         def woken() -> object:
             wake.set()
             return None
 
         listen = getattr(store, "listen_for_work", None)
-        stop = await listen(woken) if listen is not None else None
+        stop: Callable[[], Awaitable[None]] | None = None
         try:
             async with anyio.create_task_group() as tg:
 
@@ -213,13 +235,27 @@ class Fleet:
                 while True:
                     wake = anyio.Event()
                     room = concurrency - len(in_flight)
-                    if room > 0:
-                        await self._expire(store, room)
-                        for execution_id in await store.orphans(room + len(in_flight)):
-                            if execution_id not in in_flight and len(in_flight) < concurrency:
-                                in_flight.add(execution_id)
-                                driving.add(execution_id)
-                                tg.start_soon(drive, execution_id)
+                    try:
+                        if listen is not None and stop is None:
+                            stop = await listen(woken)
+                        if room > 0:
+                            await self._expire(store, room)
+                            found = await store.orphans(room + len(in_flight))
+                            for execution_id in self._with_retakes(found, room + len(in_flight)):
+                                if execution_id not in in_flight and len(in_flight) < concurrency:
+                                    in_flight.add(execution_id)
+                                    driving.add(execution_id)
+                                    tg.start_soon(drive, execution_id)
+                    except StoreError as error:  # the store reconnects meanwhile; serving goes on
+                        if not failing:
+                            _log.warning("store unusable: serve looks again", error=repr(error))
+                        failing = True
+                        await anyio.sleep(backoff)
+                        backoff = min(backoff * 2, _LONGEST_BACKOFF)
+                        continue
+                    if failing:
+                        _log.warning("store usable again: serve goes on")
+                        failing, backoff = False, _FIRST_BACKOFF
                     with anyio.move_on_after(poll):
                         await wake.wait()
         finally:
@@ -241,6 +277,7 @@ class Fleet:
                 # Its owner died after its last row, or before its first: drop the stale ownership.
                 if await store.try_lock(execution_id):
                     await store.unlock(execution_id)
+                self._retake.discard(execution_id)
                 return False
             runner = self._runs.runner_for(newest.runner, execution_id)
             recoveries = await _recoveries(store, execution_id)
@@ -254,10 +291,17 @@ class Fleet:
             ref = await self._runs.send(execution_id, Recover())
             await ref.result()
         except (AlreadyResumed, RunnerNotFound, RunNotFound):
+            self._retake.discard(execution_id)
+            return False
+        except StoreError as error:  # a store outage: the run is recovered once the store is back
+            self._retake.add(execution_id)
+            _log.warning("run let go in a store outage", execution_id=execution_id, error=repr(error))
             return False
         except Exception as error:  # the run's own failure is in its rows; this sweep goes on
             _log.warning("sweep could not take a run", execution_id=execution_id, error=repr(error))
+            self._retake.discard(execution_id)
             return False
+        self._retake.discard(execution_id)
         return True
 
 
