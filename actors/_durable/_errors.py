@@ -28,13 +28,17 @@ def _of_run(execution_id: str | None) -> str:
 class RunnerNotFound(TetherError, LookupError):
     """The rows name a runner (Agent, Swarm, Supervisor) this process was not given."""
 
-    def __init__(self, runner: str, *, execution_id: str | None = None) -> None:
+    def __init__(
+        self, runner: str, *, execution_id: str | None = None, registered: Sequence[str] = ()
+    ) -> None:
+        known = ", ".join(repr(name) for name in registered) if registered else "none"
         super().__init__(
-            f"no runner named {runner!r} is registered in this ActorSystem{_of_run(execution_id)}; "
-            f"pass it in ActorSystem(runners=[...])"
+            f"no runner named {runner!r} is registered in this ActorSystem{_of_run(execution_id)} "
+            f"(registered: {known}); pass it in ActorSystem(runners=[...])"
         )
         self.runner = runner
         self.execution_id = execution_id
+        self.registered = tuple(registered)
 
 
 class ToolNotFound(TetherError, LookupError):

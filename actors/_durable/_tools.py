@@ -181,11 +181,12 @@ class Tool:
         try:
             value = normalize(result)
         except SerializationError as exc:
-            return ToolOutcome(
-                content=f"Tool '{self.name}' returned a value that is not JSON: {exc}",
-                ok=False,
-                error="result",
+            content = f"Tool '{self.name}' returned a value that is not JSON: {exc}"
+            # As for a tool that raises: the model reads it, and the developer hears of it.
+            _log.warning(
+                "tool returned a value that is not JSON", **_run_fields(), tool=self.name, error=content
             )
+            return ToolOutcome(content=content, ok=False, error="result")
         content = value if isinstance(value, str) else encode(value).decode()
         return ToolOutcome(content=content, value=value)
 
