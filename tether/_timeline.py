@@ -9,19 +9,25 @@ other keys added, removed or changed.
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
+from actors import RunSummary
 from stores import Checkpoint, ReplicatedStore, RunNotFound, Store, parse_path
+
+from ._content import RowContent, row_contents
 
 __all__ = [
     "KeyChange",
     "StateDiff",
     "TimelineRow",
     "diff_rows",
+    "next_step",
     "pick_rows",
+    "status_text",
     "sync_states",
     "timeline",
     "when",
@@ -44,6 +50,7 @@ class TimelineRow(msgspec.Struct, kw_only=True, frozen=True):
     created_at: datetime
     interrupt_reason: str | None = None
     sync: str = "-"
+    content: RowContent | None = None
 
     @property
     def tree(self) -> str:
@@ -74,6 +81,34 @@ class StateDiff(msgspec.Struct, kw_only=True, frozen=True):
     keys: list[KeyChange]
 
 
+#: How a status reads where the bare word would mislead.
+_STATUS_TEXT = {"approved": "approved, waiting for a worker"}
+
+
+def status_text(status: str) -> str:
+    """A run's status as an operator reads it (``approved`` says that it waits for a worker)."""
+    return _STATUS_TEXT.get(status, status)
+
+
+def next_step(summary: RunSummary) -> tuple[str, str] | None:
+    """How to continue a run standing as ``summary`` does: what to do, and the command that does
+    it (``None``: nothing to do)."""
+    eid = shlex.quote(summary.execution_id)
+    runner = "--runner MODULE:ATTR"
+    match summary.status:
+        case "paused":
+            return "decide it", f"tether approve {eid} (or reject), with {runner} to go on here"
+        case "approved":
+            return "a worker finishes it", f"tether worker {runner} (or here: tether resume {eid} {runner})"
+        case "orphaned":
+            return "recover it", f"tether resume {eid} {runner} (or a tether worker takes it)"
+        case "queued":
+            return "a worker takes it", f"tether worker {runner}"
+        case "failed":
+            return "to retry from its last step", f"tether resume {eid} {runner}"
+    return None
+
+
 def when(moment: datetime) -> str:
     """A row's time as operators read it: UTC, to the millisecond."""
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
@@ -94,6 +129,7 @@ def timeline(rows: list[Checkpoint], sync: dict[str, str] | None = None) -> list
     """The rows of a run as timeline rows, in ``seq`` order; ``sync`` maps checkpoint ids to their
     replication state (``synced``, ``quarantined: ...``), ``-`` where it has none."""
     out = []
+    contents = row_contents(rows)
     for row in rows:
         depth, label = _place(row.agent_path)
         out.append(
@@ -109,6 +145,7 @@ def timeline(rows: list[Checkpoint], sync: dict[str, str] | None = None) -> list
                 created_at=row.created_at,
                 interrupt_reason=row.interrupt_reason,
                 sync=(sync or {}).get(row.checkpoint_id, "-"),
+                content=contents[row.seq],
             )
         )
     return out

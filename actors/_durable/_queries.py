@@ -5,7 +5,8 @@ DBOS's commands module serves both its CLI and its admin server). A summary join
 (:meth:`stores.Store.heads`: completed, failed, paused, unfinished) with who owns an unfinished run
 (:meth:`stores.Store.owned`, read without taking a lock): owned by a live process it is
 ``running``; handed to the fleet at its first row and not yet taken (``enqueue``) it is ``queued``;
-else ``orphaned`` (it crashed, it was stopped mid-step, or its claimed pause waits for a driver).
+its newest row a claimed pause (a ``resume`` row) that nobody drives yet, ``approved``; else
+``orphaned`` (it crashed or it was stopped mid-step).
 Nothing here writes or locks.
 
 No ``from __future__ import annotations`` here: ``actors`` reports :class:`RunSummary` as
@@ -17,16 +18,16 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
-from stores import PendingInterrupt, RunHead, RunNotFound, Store
+from stores import RESUME, PendingInterrupt, RunHead, RunNotFound, Store
 
 __all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
 
 #: How a run stands (see :class:`RunSummary`).
-RunStatusName = Literal["completed", "failed", "paused", "running", "orphaned", "queued"]
+RunStatusName = Literal["completed", "failed", "paused", "running", "orphaned", "approved", "queued"]
 STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
 
-#: How many heads one page of a filtered listing reads (running and orphaned are told apart after
-#: the read, so a filter on them may need several pages).
+#: How many heads one page of a filtered listing reads (running, orphaned, approved and queued are
+#: told apart after the read, so a filter on them may need several pages).
 _PAGE: Final = 200
 
 
@@ -35,7 +36,9 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
 
     ``status``: ``completed``, ``failed``, ``paused`` (``pending`` says for what), ``running`` (its
     newest row is not a resting row and a live process owns it), ``orphaned`` (the same row and no
-    live owner), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
+    live owner), ``approved`` (its newest row is a claimed pause, the ``resume`` row of
+    ``system.claim``, and no live process drives it yet: a worker's sweep or ``resume`` with the
+    runner finishes it), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
     the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
     ``error`` are a finished run's.
     """
@@ -60,7 +63,12 @@ def summarise(
     state = head.state
     status: RunStatusName
     if state == "unfinished":
-        status = "running" if owned else "queued" if queued else "orphaned"
+        if owned:
+            status = "running"
+        elif queued:
+            status = "queued"
+        else:
+            status = "approved" if head.step_type == RESUME else "orphaned"
     else:
         status = state
     output = head.snapshot.get("output") if status == "completed" else None
@@ -131,7 +139,7 @@ async def list_runs(
         raise ValueError(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive int, not {limit!r}")
-    state = "unfinished" if status in ("running", "orphaned", "queued") else status
+    state = "unfinished" if status in ("running", "orphaned", "approved", "queued") else status
     if state == status:  # the rows alone decide: one read
         return await _summaries(store, await store.heads(runner=runner, state=state, limit=limit))
     found: list[RunSummary] = []

@@ -133,15 +133,25 @@ def test_commands_that_decide_and_write(store_backend: Backend, tmp_path: Path) 
     ), handed
     assert tether(url, "approve", "wait-3").refusal()[0] == "AlreadyResumed"
     claimed = tether(url, "show", "wait-3", "--json").json()
-    assert claimed["summary"]["status"] == "orphaned" and claimed["rows"][-1]["step_type"] == "resume"
+    assert claimed["summary"]["status"] == "approved" and claimed["rows"][-1]["step_type"] == "resume"
+    shown = tether(url, "show", "wait-3").out.splitlines()
+    assert shown[0].startswith("wait-3  approved, waiting for a worker  runner refund-bot"), shown
+    assert (
+        shown[1]
+        == "  to go on, a worker finishes it: tether worker --runner MODULE:ATTR (or here: tether resume wait-3 --runner MODULE:ATTR)"
+    )
+    listed = {
+        line.split()[0]: line for line in tether(url, "runs", "--status", "approved").out.splitlines()[1:]
+    }
+    assert list(listed) == ["wait-3"] and "waiting for a worker" in listed["wait-3"], listed
     finished = tether(url, "resume", "wait-3", "--runner", RUNNER)
     assert finished.out.splitlines()[-1].startswith('wait-3: completed · Done: {"refunded":true'), finished
     assert "charged a refund of 50000" in finished.out
     as_json = tether(url, "reject", "wait-4", "--json").json()
-    assert as_json["claimed"]["reason"] == "manager_approval" and as_json["summary"]["status"] == "orphaned"
+    assert as_json["claimed"]["reason"] == "manager_approval" and as_json["summary"]["status"] == "approved"
 
-    # A run that no decision can reach any more: cancelled.
-    cancelled = tether(url, "cancel", "wait-4", "--reason", "not needed", "--runner", RUNNER)
+    # A run that no decision can reach any more: cancelled (a cancel needs no runner).
+    cancelled = tether(url, "cancel", "wait-4", "--reason", "not needed")
     assert cancelled.out.strip() == "wait-4: failed · cancelled: not needed", cancelled
     assert tether(url, "pending", "--json").json() == []
 
@@ -196,6 +206,7 @@ def test_exit_statuses_of_the_console_script(tmp_path: Path) -> None:
 
 def test_long_commands_draw_progress_on_a_terminal_only(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'p.db'}"
+    assert console("migrate", "--store", url, cwd=tmp_path).code == 0  # prune refuses a missing file
     piped = console("prune", "--older-than", "7d", "--store", url, cwd=tmp_path)
     assert (piped.code, piped.err) == (0, "")
     out, drawn = _on_a_terminal(["prune", "--older-than", "7d", "--store", url], tmp_path, "stderr")

@@ -95,4 +95,6 @@ def test_recover_force_is_refused_on_sqlite_and_an_orphan_is_left_to_the_fleet(t
     assert tether(url, "recover", "--force", "wait-s").refusal()[0] == "StoreError"
     tether(url, "approve", "wait-s")
     left = tether(url, "recover", "wait-s")
-    assert left.code == 0 and left.out.strip().startswith("wait-s: orphaned; a worker's sweep takes it"), left
+    assert left.code == 0 and left.out.strip().startswith(
+        "wait-s: approved, waiting for a worker; a worker's sweep takes it"
+    ), left

@@ -6,7 +6,10 @@ demo's runner, a nested run's rows, a completed refund); the browser opens its p
 indented by its agent path's depth, with its replication state), a diff of two rows it picks, approves the pending run and sees
 it reach its ``run_end``, then presses Approve again on a stale page and reads "already resumed".
 A form posted without its CSRF token and a page asked for under a foreign host name are refused.
-A screenshot of every page goes to ``$TETHER_ARTIFACTS/inspector/`` (default: the test's tmp
+A topology's run (a Supervisor whose worker refunds after a manager's approval) is read row by row:
+a tool's arguments and result and the final answer, folded per row; its pending gate is approved
+from the pending list, which names the gate's agent path; a run approved without the runner says
+it waits for a worker and which command finishes it. A screenshot of every page goes to ``$TETHER_ARTIFACTS/inspector/`` (default: the test's tmp
 directory); nothing of it is committed. Both backends.
 """
 
@@ -25,8 +28,9 @@ import httpx
 import pytest
 from _cli_support import RUNNER, TETHER, nested_rows, url_of
 from conftest import Backend
+from test_user_moves import app_folder
 
-from actors import ActorSystem
+from actors import ActorSystem, Resume
 from tether._demo import demo_agent
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -65,15 +69,45 @@ async def _write(backend: Backend) -> None:
             assert (await ref.result(timeout=30)).status == "paused"
 
 
+async def _write_topology(backend: Backend) -> None:
+    """Runs of the user's topology ``topo_app.ops``: one approved and completed, one paused at its
+    refund's gate, one approved without the runner (no worker drives it)."""
+    import topo_app
+
+    store = backend.open()
+    async with store, ActorSystem(store, runners=[topo_app.ops]) as system:
+        for eid in ("topo-done", "topo-handed", "topo-gate"):
+            ref = await system.spawn(topo_app.ops, "please refund order 7", execution_id=eid)
+            assert (await ref.result(timeout=30)).status == "paused"
+        done = await system.resume(
+            "topo-done", Resume(approved=True, metadata={"approver": "ann"}), timeout=30
+        )
+        assert done.status == "completed"
+        await system.claim("topo-handed", Resume(approved=True))
+
+
 @pytest.fixture
 def inspector(store_backend: Backend, tmp_path: Path) -> Iterator[str]:
     """``tether inspect`` on the test's store; its base address (``http://127.0.0.1:PORT``)."""
     _require_browser()
     anyio.run(_write, store_backend)
+    yield from _serve(store_backend, tmp_path, RUNNER)
+
+
+@pytest.fixture
+def topology_inspector(store_backend: Backend, tmp_path: Path) -> Iterator[str]:
+    """``tether inspect --runner topo_app:ops`` run from the user's app folder, on a store of
+    topology runs; its base address."""
+    _require_browser()
+    anyio.run(_write_topology, store_backend)
+    yield from _serve(store_backend, app_folder(tmp_path), "topo_app:ops")
+
+
+def _serve(backend: Backend, cwd: Path, runner: str) -> Iterator[str]:
     proc = subprocess.Popen(
-        [str(TETHER), "inspect", "--port", "0", "--token", TOKEN, "--runner", RUNNER],
-        env={**os.environ, "TETHER_STORE": url_of(store_backend)},
-        cwd=tmp_path,
+        [str(TETHER), "inspect", "--port", "0", "--token", TOKEN, "--runner", runner],
+        env={**os.environ, "TETHER_STORE": url_of(backend)},
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -175,6 +209,9 @@ def test_the_inspector_in_chromium(inspector: str, browser: webdriver.Chrome, sh
         "-",
         "-",
     ]
+    assert _text(driver, "#next") == (
+        "To go on, recover it: tether resume nested --runner MODULE:ATTR (or a tether worker takes it)"
+    )
     driver.save_screenshot(str(shots / "3-timeline-nested.png"))
 
     # A diff of two chosen rows.
@@ -236,3 +273,76 @@ def test_the_inspector_in_chromium(inspector: str, browser: webdriver.Chrome, sh
     refused = httpx.get(f"{inspector}/runs", headers={"Host": f"{FOREIGN}:{port}"})
     assert refused.status_code == 400
     print(f"screenshots in {shots}", file=sys.stderr)
+
+
+def _open_row(driver: webdriver.Chrome, path: str, step: str) -> webdriver.remote.webelement.WebElement:
+    """Unfold the content of the timeline row at ``path`` (its tree cell) whose step is ``step``."""
+    for row in driver.find_elements(By.CSS_SELECTOR, "tr.row"):
+        cells = row.find_elements(By.TAG_NAME, "td")
+        if cells[3].text == path and cells[5].text == step:
+            folded = row.find_element(By.CSS_SELECTOR, "td.content details")
+            assert folded.get_attribute("open") is None  # folded until clicked
+            folded.find_element(By.TAG_NAME, "summary").click()
+            assert folded.get_attribute("open") is not None
+            return folded
+    raise AssertionError(f"no {step} row at {path}")
+
+
+def test_a_topology_run_in_chromium(topology_inspector: str, browser: webdriver.Chrome, shots: Path) -> None:
+    inspector, driver = topology_inspector, browser
+    final = 'final answer: billing: {"refunded":true,"order":"7","amount":5000}'
+    driver.get(f"{inspector}/?token={TOKEN}")
+    rows = {r.get_attribute("data-id"): r.text for r in driver.find_elements(By.CSS_SELECTOR, "tr.run")}
+    assert list(rows) == ["topo-handed", "topo-done", "topo-gate"], rows
+    assert "approved, waiting for a worker" in rows["topo-handed"] and "completed" in rows["topo-done"]
+    driver.save_screenshot(str(shots / "topology-1-runs.png"))
+
+    # Into the completed run: each row's content, folded until clicked.
+    _click(driver, "run-topo-done", then="topo-done")
+    assert [c.text for c in driver.find_elements(By.CSS_SELECTOR, "tr.row td.path")][:4] == [
+        "supervisor:ops",
+        "└ tool:delegate_to_support",
+        "└ worker:support",
+        "└ tool:lookup",
+    ]
+    asked = _open_row(driver, "supervisor:ops", "llm_call")
+    assert asked.find_element(By.CSS_SELECTOR, ".message.role-user").text == "user: please refund order 7"
+    lookup = _open_row(driver, "└ tool:lookup", "tool_call")
+    assert lookup.find_element(By.CSS_SELECTOR, ".arguments").text == 'Arguments: {"order":"7"}'
+    assert lookup.find_element(By.CSS_SELECTOR, ".result").text == 'Result: {"order":"7","paid":5000}'
+    refund = _open_row(driver, "└ tool:refund", "tool_call")
+    assert refund.find_element(By.CSS_SELECTOR, ".arguments").text == 'Arguments: {"order":"7","amount":5000}'
+    assert refund.find_element(By.CSS_SELECTOR, ".result").text == (
+        'Result: {"refunded":true,"order":"7","amount":5000}'
+    )
+    resumed = _open_row(driver, "└ tool:refund", "resume")
+    assert resumed.find_element(By.CSS_SELECTOR, ".resume").text == (
+        'Resume: {"approved":true,"metadata":{"approver":"ann"}}'
+    )
+    ended = _open_row(driver, "supervisor:ops", "run_end")
+    assert ended.find_element(By.CSS_SELECTOR, ".output").text == f"Output: {final}"
+    said = [m.text for m in ended.find_elements(By.CSS_SELECTOR, ".message.role-assistant")]
+    assert said == [f"assistant: {final}"], said
+    assert _text(driver, "#output") == final
+    driver.save_screenshot(str(shots / "topology-2-run-content.png"))
+
+    # Approved without the runner: it says what it waits for and which command finishes it.
+    driver.get(f"{inspector}/runs/topo-handed")
+    assert _text(driver, "#status") == "approved, waiting for a worker"
+    assert _text(driver, "#next") == (
+        "To go on, a worker finishes it: tether worker --runner MODULE:ATTR "
+        "(or here: tether resume topo-handed --runner MODULE:ATTR)"
+    )
+    driver.save_screenshot(str(shots / "topology-3-approved.png"))
+
+    # The pending gate names its agent path; approving it here drives the topology to its end.
+    driver.get(f"{inspector}/pending")
+    gates = driver.find_elements(By.CSS_SELECTOR, "tr.pending")
+    assert [g.get_attribute("data-id") for g in gates] == ["topo-gate"]
+    assert (
+        gates[0].find_element(By.CSS_SELECTOR, "td.path").text == "supervisor:ops/worker:support/tool:refund"
+    )
+    driver.save_screenshot(str(shots / "topology-4-pending.png"))
+    _click(driver, "approve-topo-gate", then="done=approved")
+    assert _text(driver, "#status") == "completed" and _text(driver, "#output") == final
+    driver.save_screenshot(str(shots / "topology-5-gate-approved.png"))

@@ -80,12 +80,13 @@ def test_refusals_of_the_inspector(served: tuple[str, Path]) -> None:
         assert client.post("/runs/waits/approve", data=padded).status_code == 403
         assert "3 rows" in client.get("/runs/waits").text
         # No runner for 'refund-bot' here: the decision claims the pause and hands the run to the
-        # fleet (a resume row with the decision; the run is orphaned until a worker drives it).
+        # fleet (a resume row with the decision; the run is approved until a worker drives it).
         handed = client.post("/runs/waits/approve", data={"csrf": csrf[1], "approver": "ops"})
         assert handed.status_code == 303 and handed.headers["location"] == "/runs/waits?done=approved-handed"
         page = client.get(handed.headers["location"]).text
         assert "approved; handed to the fleet: a worker finishes the run." in page
-        assert 'id="status">orphaned<' in page and "4 rows" in page
+        assert 'id="status">approved, waiting for a worker<' in page and "4 rows" in page
+        assert "To go on, a worker finishes it: <code>tether worker --runner MODULE:ATTR" in page
         assert 'data-id="waits"' not in client.get("/pending").text
         again = client.post("/runs/waits/approve", data={"csrf": csrf[1]})
         assert again.status_code == 409 and "already resumed: " in again.text

@@ -12,16 +12,20 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, get_args, get_type_hints
+from typing import Any, TypeAlias, get_args, get_type_hints
 
 import msgspec
 
-from actors import ActorSystem, Agent, RunResult, RunSummary
+from actors import ActorSystem, Agent, RunResult, RunSummary, Supervisor, Swarm
 
 from .._store_url import opened_store
 
+#: What ``--runner`` names (or what a function it names returns): a runner of ``actors``.
+Runner: TypeAlias = Agent | Swarm | Supervisor
+
 __all__ = [
     "STATUSES",
+    "Runner",
     "add_json",
     "add_runner",
     "colours",
@@ -46,6 +50,7 @@ _COLOURS = {
     "interrupted": "33",
     "running": "34",
     "orphaned": "35",
+    "approved": "36",
     "queued": "36",
 }
 
@@ -63,24 +68,40 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
 
 
-def runner_spec(spec: str) -> Agent:
-    """The runner named by ``module:attr`` (an Agent, or a callable returning one), imported here.
+def runner_spec(spec: str) -> Runner:
+    """The runner named by ``module:attr``: an ``Agent``, ``Swarm`` or ``Supervisor``, or a callable
+    returning one, imported here with the current directory on the import path (as ``python -m``
+    puts it there), so ``--runner my_app:agent`` finds ``my_app.py`` in the folder it is run from.
 
-    An argparse ``type``: what cannot be imported is a usage error naming the spec.
+    An argparse ``type``: what cannot be imported, or is not a runner, is a usage error naming the spec.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise argparse.ArgumentTypeError(f"{spec!r} is not module:attr")
+        raise argparse.ArgumentTypeError(f"{spec!r} is not module:attr (e.g. my_app:agent)")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         found: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
         raise argparse.ArgumentTypeError(f"cannot load {spec!r}: {exc}") from None
-    if not isinstance(found, Agent) and callable(found):
-        found = found()
-    if not isinstance(found, Agent):
-        raise argparse.ArgumentTypeError(f"{spec!r} is a {type(found).__name__}, not a runner")
+    named = found
+    if not isinstance(found, Runner) and callable(found):
+        try:
+            found = found()
+        except Exception:  # not a factory (a tool, a function taking arguments): said below
+            found = None
+    if not isinstance(found, Runner):
+        what = (
+            type(named).__name__
+            if found is None or found is named
+            else f"function returning {type(found).__name__}"
+        )
+        raise argparse.ArgumentTypeError(
+            f"{spec!r} is a {what}, not a runner: name an Agent, a Swarm or a Supervisor, or a "
+            "function returning one"
+        )
     return found
 
 
@@ -93,7 +114,10 @@ def add_runner(parser: argparse.ArgumentParser, *, required: bool, what: str) ->
         action="append",
         required=required,
         default=[],
-        help=f"the runner (an Agent, or a function returning one) {what}; repeat for several",
+        help=(
+            f"the runner {what}: an Agent, Swarm or Supervisor, or a function returning one, "
+            "imported from the current directory; repeat for several"
+        ),
     )
 
 
@@ -126,16 +150,21 @@ def duration(text: str) -> timedelta:
 
 @asynccontextmanager
 async def opened_system(
-    url: str, runners: Sequence[Agent] = (), *, as_json: bool = False
+    url: str, runners: Sequence[Runner] = (), *, as_json: bool = False, create: bool = False
 ) -> AsyncIterator[ActorSystem]:
     """An :class:`ActorSystem` on the store at ``url``, with ``runners`` (the ``--runner`` ones).
 
-    With ``as_json``, what the runners' tools print goes to stderr while the block runs: stdout
-    carries the one JSON document only.
+    A SQLite file that is not there is refused (``StoreUnavailable`` naming it, nothing created)
+    unless ``create``: only a command that starts work on a new store makes one. With ``as_json``,
+    what the runners' tools print goes to stderr while the block runs: stdout carries the one JSON
+    document only.
     """
     quiet = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with quiet:
-        async with opened_store(url) as store, ActorSystem(store, runners=runners) as system:
+        async with (
+            opened_store(url, create=create) as store,
+            ActorSystem(store, runners=runners) as system,
+        ):
             yield system
 
 

@@ -15,6 +15,7 @@ import anyio
 
 from stores import AlreadyResumed, StoreError
 
+from .._timeline import status_text
 from ._command import Command
 from ._common import add_json, add_runner, opened_system, print_result
 
@@ -60,7 +61,9 @@ async def _run(args: argparse.Namespace) -> int:
     if args.runner:
         print_result(result, args.json)
     else:
-        print(f"{eid}: {summary.status}; a worker's sweep takes it (or add --runner to drive it here)")
+        print(
+            f"{eid}: {status_text(summary.status)}; a worker's sweep takes it (or add --runner to drive it here)"
+        )
     return 0
 
 

@@ -17,6 +17,8 @@ def summary_detail(summary: RunSummary) -> str:
     """What a listing says after a run's status: its output, error or what it waits for."""
     if summary.pending is not None:
         return f"waiting for {summary.pending.reason}"
+    if summary.status == "approved":
+        return "waiting for a worker (tether worker --runner MODULE:ATTR finishes it)"
     return summary.output or summary.error or ""
 
 

@@ -23,7 +23,7 @@ from actors.events import (
     encode_event,
 )
 
-from .._timeline import sync_states, timeline, when
+from .._timeline import next_step, status_text, sync_states, timeline, when
 from ._command import Command
 from ._common import add_json, emit_json, opened_system, print_table
 from .runs import summary_detail
@@ -89,9 +89,13 @@ async def _run(args: argparse.Namespace) -> int:
             emit_json({"summary": summary, "rows": lines})
             return 0
         detail = summary_detail(summary)
-        print(f"{summary.execution_id}  {summary.status}  runner {summary.runner}  {summary.rows} rows")
-        if detail:
+        standing = status_text(summary.status)
+        print(f"{summary.execution_id}  {standing}  runner {summary.runner}  {summary.rows} rows")
+        if detail and summary.status != "approved":
             print(f"  {detail}")
+        step = next_step(summary)
+        if step is not None:
+            print(f"  to go on, {step[0]}: {step[1]}")
         print()
         print_table(
             ["SEQ", "NODE", "STEP", "STATUS", "TIME (UTC)", "SYNC", "AGENT PATH"],

@@ -39,7 +39,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _run(args: argparse.Namespace) -> int:
     names = ", ".join(runner.name for runner in args.runner)
-    async with opened_system(args.store, args.runner) as system:
+    async with opened_system(args.store, args.runner, create=True) as system:
         print(f"worker serving {names} (concurrency {args.concurrency}); Ctrl-C stops it", flush=True)
         async with anyio.create_task_group() as tg:
 

@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 import anyio
 import uvicorn
 
-from actors import Agent
+from stores import open_store
 
+from .._commands._common import Runner
+from .._store_url import require_existing
 from ._app import build_app
 from ._guard import Guard, new_csrf_token
 
@@ -26,7 +28,7 @@ __all__ = ["create_app", "serve"]
 HOST = "127.0.0.1"
 
 
-def create_app(url: str, *, port: int, runners: Sequence[Agent] = (), token: str | None = None) -> Guard:
+def create_app(url: str, *, port: int, runners: Sequence[Runner] = (), token: str | None = None) -> Guard:
     """The inspector's ASGI app for the store at ``url``, answering only as ``127.0.0.1:port`` or
     ``localhost:port``; ``runners`` let its decisions drive runs; ``token`` is required when given."""
     app = build_app(url, runners=runners, csrf=new_csrf_token())
@@ -37,12 +39,14 @@ async def serve(
     url: str,
     *,
     port: int = 8765,
-    runners: Sequence[Agent] = (),
+    runners: Sequence[Runner] = (),
     token: str | None = None,
     ready: Callable[[str], None] = print,
 ) -> None:
     """Serve the inspector on ``127.0.0.1:port`` (0: any free port) until cancelled; ``ready`` gets
-    the address to open once the server has started (with ``?token=`` when a token is set)."""
+    the address to open once the server has started (with ``?token=`` when a token is set).
+    A SQLite store whose file is not there is refused first (``StoreUnavailable``), creating nothing."""
+    require_existing(open_store(url))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((HOST, port))

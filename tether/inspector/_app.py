@@ -24,11 +24,12 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from actors import ActorSystem, Agent, AlreadyResumed, Resume
+from actors import ActorSystem, AlreadyResumed, Resume
 from stores import PendingInterrupt, RunNotFound, StoreUnavailable, TetherError
 
+from .._commands._common import STATUSES, Runner
 from .._store_url import opened_store
-from .._timeline import diff_rows, pick_rows, sync_states, timeline, when
+from .._timeline import diff_rows, next_step, pick_rows, status_text, sync_states, timeline, when
 from ._guard import csrf_ok
 
 __all__ = ["DRIVE_TIMEOUT", "PAGE", "build_app"]
@@ -49,16 +50,17 @@ _MAX_LIMIT: Final = 2000
 #: Bound on a posted form (a decision is a few short fields).
 _MAX_FORM: Final = 16 * 1024
 
-_STATUSES: Final = ("completed", "failed", "paused", "running", "orphaned", "queued")
+_STATUSES: Final = STATUSES
 _templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 _templates.env.filters["when"] = when
+_templates.env.filters["status_text"] = status_text
 _templates.env.filters["json"] = lambda value: msgspec.json.encode(value).decode()
 
 
 class _State:
     """What every request reads: the system on the store, the CSRF token, the runners' names."""
 
-    def __init__(self, system: ActorSystem, csrf: str, runners: Sequence[Agent]) -> None:
+    def __init__(self, system: ActorSystem, csrf: str, runners: Sequence[Runner]) -> None:
         self.system = system
         self.csrf = csrf
         self.runners = {runner.name for runner in runners}
@@ -105,7 +107,7 @@ async def _run(request: Request) -> Response:
     lines = timeline(rows, await sync_states(system.store, rows))
     said = _DONE.get(request.query_params.get("done", ""))
     done = said.format(status=summary.status) if said is not None else None
-    return _page(request, "run.html", summary=summary, rows=lines, done=done)
+    return _page(request, "run.html", summary=summary, rows=lines, done=done, next_step=next_step(summary))
 
 
 async def _diff(request: Request) -> Response:
@@ -182,12 +184,12 @@ async def _home(request: Request) -> Response:
     return RedirectResponse("/runs", status_code=303)
 
 
-def build_app(url: str, *, runners: Sequence[Agent], csrf: str) -> Starlette:
+def build_app(url: str, *, runners: Sequence[Runner], csrf: str) -> Starlette:
     """The inspector's ASGI app on the store at ``url`` (opened for the app's lifetime)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with opened_store(url) as store, ActorSystem(store, runners=runners) as system:
+        async with opened_store(url, create=False) as store, ActorSystem(store, runners=runners) as system:
             app.state.inspector = _State(system, csrf, runners)
             yield
 
