@@ -44,7 +44,8 @@ LOST_ERRORS: Final = (
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.InternalClientError,  # a connection whose server went away mid-protocol
 )
-_LOST_OR_REFUSED: Final = (*LOST_ERRORS, asyncpg.InsufficientPrivilegeError)
+# A connection the pool took back or the server closed under a statement (InterfaceError) is lost too.
+_LOST_OR_REFUSED: Final = (*LOST_ERRORS, asyncpg.InterfaceError, asyncpg.InsufficientPrivilegeError)
 
 
 class Lost:
