@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists, Store
+from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists, Store, StoreError
 
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
@@ -86,9 +86,11 @@ class RunActor(Actor):
         hub: EventHub | None = None,
         opening: Opening | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
+        let_go: set[str] | None = None,
     ) -> None:
         self.store = store
         self._grace = grace
+        self._let_go = let_go if let_go is not None else set()
         self._live = live
         self.runner = runner
         self.execution_id = execution_id
@@ -372,8 +374,16 @@ class RunActor(Actor):
             await self._release()
 
     async def _release(self) -> None:
-        """Release the run's ownership lock (call shielded and bounded); no longer active once done."""
+        """Release the run's ownership lock (call shielded and bounded); no longer active once done.
+        A release that does not reach the store (an outage) leaves the run in ``let_go``, for this
+        process's sweeps to take again (it may still name this process as its owner): the caller
+        hears of how the run stands, not of the release."""
+        eid = self.execution_id
+        self._let_go.add(eid)
         try:
-            await self.store.unlock(self.execution_id)
+            await self.store.unlock(eid)
+            self._let_go.discard(eid)
+        except StoreError as error:
+            _log.warning("run release did not reach the store", execution_id=eid, error=repr(error))
         finally:
             self._active = False

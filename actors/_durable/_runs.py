@@ -148,6 +148,9 @@ class Runs:
         self._watched: set[int] = set()  # the stores whose lock loss this system listens for
         #: How long a run's writes ride out a store outage before it is abandoned (seconds).
         self.outage_grace = DEFAULT_OUTAGE_GRACE
+        #: Runs whose ownership release did not reach the store (an outage): they may still name
+        #: this process as their owner, so no other sweep lists them; this process's sweeps do.
+        self.let_go: set[str] = set()
         # The newest reply of a message delivered to each run, while it may be unsettled (``ref()``).
         self._inflight: dict[str, Reply] = {}
         self._inflight_bound = _INFLIGHT_MIN
@@ -410,6 +413,7 @@ class Runs:
             hub=self._hub,
             opening=opening,
             grace=self.outage_grace,
+            let_go=self.let_go,
         )
 
     async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:

@@ -88,7 +88,7 @@ class Fleet:
         self._store = store
         self.max_recoveries = DEFAULT_MAX_RECOVERIES
         #: Runs this process let go in a store outage: its own sweeps take them again.
-        self._retake: set[str] = set()
+        self._retake = runs.let_go
 
     # -- the queue --------------------------------------------------------------------------------
 

@@ -1,0 +1,104 @@
+"""A store outage is a pause, not a failure (SQLite, in one process).
+
+Another connection holds SQLite's write lock while a run needs to write its next row. Shorter than
+``store_outage_grace``, the write waits and the run completes. Longer, the run is abandoned: it
+stops without writing (no failed marker, no gap in ``seq``), and once the lock is free a sweep of
+this process (which may still be named as the run's owner) recovers it; its ``@idempotent``
+charge ran once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from actors import ActorSystem, Agent, idempotent, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import RUN_END, SQLiteStore, StoreError
+
+pytestmark = pytest.mark.anyio
+
+
+def _agent(charges: list[str], entered: anyio.Event, go: anyio.Event) -> Agent:
+    @idempotent
+    async def charge(order: str) -> str:
+        charges.append(order)
+        return f"charged {order}"
+
+    @tool
+    async def process(order: str) -> str:
+        """Charge an order, then wait for the test to take the write lock."""
+        done = await charge(order)
+        entered.set()
+        await go.wait()
+        return done
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("process", {"order": messages[-1].content})])
+
+    return Agent("outage", FunctionModel(model), tools=[process])
+
+
+def _lock(path: Path) -> sqlite3.Connection:
+    """Another connection holding the database's write lock."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def _unlock(conn: sqlite3.Connection) -> None:
+    conn.execute("ROLLBACK")
+    conn.close()
+
+
+@pytest.mark.parametrize(("grace", "held"), [(5.0, 1.0), (0.5, 2.0)])
+async def test_a_run_waits_out_a_locked_store_or_is_abandoned_for_a_sweep(
+    tmp_path: Path, grace: float, held: float
+) -> None:
+    path = tmp_path / "tether.db"
+    charges: list[str] = []
+    entered, go = anyio.Event(), anyio.Event()
+    runner = _agent(charges, entered, go)
+    async with (
+        SQLiteStore(path, busy_timeout=0.1) as store,
+        ActorSystem(store, runners=[runner], store_outage_grace=grace) as system,
+    ):
+        ref = await system.spawn(runner, "o1", execution_id="run-1")
+        with anyio.fail_after(10):
+            await entered.wait()
+        conn = await anyio.to_thread.run_sync(_lock, path)
+        try:
+            go.set()  # the run's next row now meets the lock
+            with anyio.fail_after(held + 10):
+                if grace > held:
+                    await anyio.sleep(held)
+                else:
+                    with pytest.raises(StoreError, match="run-1"):
+                        await ref.result()
+        finally:
+            await anyio.to_thread.run_sync(_unlock, conn)
+        if grace <= held:
+            rows = await system.history("run-1")
+            assert RUN_END not in [r.step_type for r in rows]  # abandoned: nothing written after
+            with anyio.fail_after(20):
+                assert await system.sweep() == 1
+        with anyio.fail_after(20):
+            result = await system.ref("run-1").result() if grace <= held else await ref.result()
+        assert result.status == "completed" and result.output == "done: charged o1"
+        rows = await system.history("run-1")
+        assert [r.seq for r in rows] == list(range(len(rows)))
+        assert [(r.step_type, r.status) for r in rows if r.step_type == RUN_END] == [(RUN_END, "completed")]
+    assert charges == ["o1"]
+
+
+async def test_the_grace_is_a_number_of_seconds() -> None:
+    for bad in (-1, "60", None, True):
+        with pytest.raises(ValueError, match="store_outage_grace"):
+            ActorSystem(store_outage_grace=bad)  # type: ignore[arg-type]
+    ActorSystem(store_outage_grace=0)
