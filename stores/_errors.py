@@ -245,6 +245,15 @@ def log_kept_changing(execution_id: str, node_id: str) -> WriteConflict:
     )
 
 
+def path_not_url(path: str) -> InvalidStoreURL:
+    """:class:`~stores.SQLiteStore` was given a URL (only the scheme is quoted: a URL may hold a password)."""
+    scheme = path.partition("://")[0]
+    return InvalidStoreURL(
+        f"SQLiteStore takes a file path, not a {scheme}:// URL: pass the path (SQLiteStore('runs.db')), "
+        "or give the URL to open_store() (open_store('sqlite:///runs.db'))"
+    )
+
+
 def store_closed(store: object) -> StoreUnavailable:
     """A call on a store after :meth:`close`."""
     return StoreUnavailable(f"{store!r} is closed")

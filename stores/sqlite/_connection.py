@@ -20,6 +20,7 @@ from queue import SimpleQueue
 from typing import Any, Final, TypeVar
 
 from .._errors import StoreCorrupt, StoreFull, StoreUnavailable, store_corrupt, store_full
+from .._loop import Loop, Settled, trio_loop
 
 __all__ = [
     "SYNCHRONOUS",
@@ -146,7 +147,7 @@ def _uri_path(path: str) -> str:
     return quote(os.path.abspath(path))
 
 
-def _answer(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+def _answer(future: Settled[Any], ok: bool, value: Any) -> None:
     if future.done():  # its caller was cancelled
         return
     if ok:
@@ -186,9 +187,12 @@ class DatabaseThread:
             raise StoreUnavailable("the SQLite connection is closed")
         return await self._submit(fn)
 
-    def _submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+    def _submit(self, fn: Callable[[], T]) -> Settled[T]:
+        try:
+            loop: Loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): anyio's token for this run
+            loop = trio_loop()
+        future: Settled[T] = loop.create_future()
 
         def job() -> None:
             try:

@@ -17,7 +17,6 @@ run on the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import os
@@ -29,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._errors import StoreUnavailable
+from .._loop import Loop, running_loop
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
 from .._owners import Op, Ownership, taken
 
@@ -73,7 +73,7 @@ class LivenessFile:
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None
         self._owner: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Loop | None = None
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         _open_files.add(self)
@@ -96,7 +96,7 @@ class LivenessFile:
             os.close(fd)
             raise StoreUnavailable(f"cannot lock {self.path!r}: {exc}") from exc
         self._fd, self._owner, self._ident = fd, owner, (stat.st_dev, stat.st_ino)
-        self._loop = asyncio.get_running_loop()
+        self._loop = running_loop()
         if self._watcher is None:
             self._watcher = threading.Thread(target=self._watch, name="tether-sqlite-locks", daemon=True)
             self._watcher.start()

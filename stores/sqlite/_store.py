@@ -12,7 +12,6 @@ Ownership (one lock per owner id, a ``run_owners`` row per run) is :mod:`stores.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import sqlite3
@@ -31,6 +30,7 @@ from .._errors import (
     checkpoint_id_taken,
     no_checkpoints,
     no_pause,
+    path_not_url,
     pending_exists,
     run_exists,
     seq_taken,
@@ -39,6 +39,7 @@ from .._errors import (
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
+from .._loop import settled
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
@@ -91,6 +92,8 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, not {synchronous!r}")
+        if isinstance(path, str) and "://" in path:
+            raise path_not_url(path)
         super().__init__(max_row_bytes=max_row_bytes)
         self.path = os.fspath(path)
         self.lock_path = self.path + ".locks"
@@ -98,7 +101,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
         self._busy_timeout = busy_timeout
         self._writer: DatabaseThread | None = None
         self._reader: DatabaseThread | None = None
-        self._setup_lock = asyncio.Lock()
+        self._setup_lock = anyio.Lock()
         self._queue = []
         self._drain = None
         self._liveness = LivenessFile(self.lock_path, self._own)
@@ -144,7 +147,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
         self._state = StoreState.CLOSED
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
             if self._drain is not None:
-                await asyncio.wait({self._drain})
+                await settled(self._drain)
             await self._close_connections()
         self._liveness.close()
 

@@ -5,7 +5,8 @@ its own future. The drain is a chain of callbacks, not a task: the first writer 
 :meth:`GroupCommit._next_batch` for the next loop iteration (writers ready in this one share the
 commit), which posts the queued batch to the writer thread; the thread runs it in ONE hop
 (``BEGIN IMMEDIATE``, the operations, one ``COMMIT``), answers each caller's future itself through
-``call_soon_threadsafe`` and chains the next batch. No task, no intermediate future, one wake-up
+``call_soon_threadsafe`` and chains the next batch. The loop is the caller's, asyncio's or trio's
+(:mod:`stores.sqlite._loop`). No task, no intermediate future, one wake-up
 per caller; nothing in the chain can be cancelled. If an operation fails, the batch is re-run with
 a ``SAVEPOINT`` per operation, so the failure rolls back only itself and its caller gets its own
 exception. While that hop runs, new operations queue up and share the next commit.
@@ -24,6 +25,7 @@ from typing import Any, Final, TypeVar
 
 from .._base import StoreState
 from .._errors import StoreCorrupt, StoreUnavailable, store_closed, store_corrupt
+from .._loop import Loop, Settled, trio_loop
 from ._connection import DatabaseThread, fault_of, retry_busy
 
 __all__ = ["GroupCommit", "file_lock"]
@@ -53,7 +55,7 @@ def file_lock(path: str) -> threading.Lock:
 class _Op:
     __slots__ = ("fn", "future")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any]) -> None:
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: Settled[Any]) -> None:
         self.fn = fn
         self.future = future
 
@@ -72,7 +74,7 @@ class GroupCommit:
     _write_lock: threading.Lock
     _queue: list[_Op]
     # Set while batches are being written; resolved when the queue is empty (``close`` waits).
-    _drain: asyncio.Future[None] | None
+    _drain: Settled[None] | None
 
     _state: StoreState
     # Why the file is known to be damaged (set by the first read or write that found it so).
@@ -113,8 +115,11 @@ class GroupCommit:
             raise store_closed(self)
         if self._corrupt is not None:
             raise store_corrupt(f"the SQLite database {self.path!r}", self._corrupt)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        try:
+            loop: Loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): anyio's token for this run
+            loop = trio_loop()
+        future: Settled[T] = loop.create_future()
         self._queue.append(_Op(fn, future))
         if self._drain is None:
             self._drain = loop.create_future()
@@ -124,7 +129,7 @@ class GroupCommit:
         except sqlite3.DatabaseError as exc:
             raise self._fault(exc) from exc
 
-    def _next_batch(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _next_batch(self, loop: Loop) -> None:
         """Send the next queued batch to the writer thread, or end the drain (on the loop)."""
         if not self._queue:
             drain, self._drain = self._drain, None
@@ -138,7 +143,7 @@ class GroupCommit:
             return
         writer.post(functools.partial(self._write_batch, loop, batch))
 
-    def _write_batch(self, loop: asyncio.AbstractEventLoop, batch: list[_Op]) -> None:
+    def _write_batch(self, loop: Loop, batch: list[_Op]) -> None:
         """Commit ``batch`` (on the writer thread), then answer its callers on the loop."""
         outcomes: list[tuple[bool, Any]] | None = None
         error: Exception | None = None
@@ -150,7 +155,7 @@ class GroupCommit:
 
     def _batch_done(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: Loop,
         batch: list[_Op],
         outcomes: list[tuple[bool, Any]] | None,
         error: Exception | None,

@@ -19,6 +19,7 @@ from stores import (
     AlreadyResumed,
     Checkpoint,
     IncompatibleSchema,
+    InvalidStoreURL,
     PendingInterrupt,
     RunExists,
     RunNotFound,
@@ -29,6 +30,12 @@ from stores import (
 )
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Each test runs under both of anyio's event loops: the store's threads wake either."""
+    return str(request.param)
 
 
 def row(eid: str, seq: int, messages: list[dict[str, Any]] | None = None, **kw: Any) -> Checkpoint:
@@ -91,6 +98,15 @@ async def test_unopenable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="missing"):
         await store.setup()
     await store.close()
+
+
+def test_a_url_is_refused_with_a_hint(tmp_path: Path) -> None:
+    """SQLiteStore takes a path; a URL (for open_store) is refused before any file is made."""
+    for url in ("sqlite:///runs.db", "postgresql://user:secret@db.example/runs"):
+        with pytest.raises(InvalidStoreURL, match=r"SQLiteStore takes a file path.*open_store\(") as info:
+            SQLiteStore(url)
+        assert "secret" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -249,6 +265,20 @@ async def test_a_claim_loser_pays_no_write_transaction(tmp_path: Path) -> None:
         with pytest.raises(RunNotFound):
             await store.claim(row("nobody", 0, step_type="resume"))
         assert store.transactions == before
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_writer_leaves_its_row_written_and_the_next_batch_going(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        await store.setup()
+        with anyio.move_on_after(0) as scope:  # cancelled while its batch is at the writer
+            await store.append(row("gone", 0, [msg(0)]))
+        assert scope.cancelled_caught
+        await store.append(row("next", 0, [msg(1)]))
+        assert [r.seq for r in await store.history("next")] == [0]
+        assert [r.seq for r in await store.history("gone")] == [0]  # committed all the same
     finally:
         await store.close()
 
