@@ -8,6 +8,7 @@ re-opened by a later wait when it was lost; while it is down, watches fall back 
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from typing import Final
@@ -17,6 +18,7 @@ import asyncpg
 
 from .._errors import StoreUnavailable
 from .._watch import RowWatch
+from ._bridge import Bridge
 from ._connection import CONNECT_ERRORS, unavailable
 
 __all__ = ["RowNotices"]
@@ -34,8 +36,9 @@ _RETRY_AFTER: Final = 5.0
 class RowNotices:
     """The watches of one store and the connection that listens for them."""
 
-    def __init__(self, dsn: str, channel: str, *, connect_timeout: float) -> None:
+    def __init__(self, dsn: str, channel: str, *, connect_timeout: float, bridge: Bridge) -> None:
         self._dsn = dsn
+        self._bridge = bridge  # the store's: asyncpg's loop off asyncio
         self._channel = channel
         self._timeout = connect_timeout
         self._conn: asyncpg.Connection | None = None
@@ -88,10 +91,13 @@ class RowNotices:
                 return
             try:
                 with anyio.fail_after(self._timeout + 1):
-                    conn: asyncpg.Connection = await asyncpg.connect(
-                        self._dsn,
-                        timeout=self._timeout,
-                        server_settings={"application_name": "tether-notices"},
+                    conn: asyncpg.Connection = await self._bridge.open(
+                        functools.partial(
+                            asyncpg.connect,
+                            self._dsn,
+                            timeout=self._timeout,
+                            server_settings={"application_name": "tether-notices"},
+                        )
                     )
                     await conn.add_listener(self._channel, self._on_notice)
             except (*CONNECT_ERRORS, TimeoutError) as exc:

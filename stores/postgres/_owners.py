@@ -10,6 +10,7 @@ statement cannot carry its take (:meth:`LockOwners._taking`) writes it first, in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -20,6 +21,7 @@ import asyncpg
 from .._base import StoreState
 from .._errors import store_closed
 from .._owners import Ownership, taken
+from ._bridge import Bridge
 from ._connection import connect_lock_connection
 from ._locks import LivenessLock, owner_key
 
@@ -33,6 +35,7 @@ class LockOwners:
     """The dialect of ownership on PostgreSQL (a mixin of the store, before ``BaseStore``)."""
 
     _own: Ownership
+    _bridge: Bridge
     _liveness: LivenessLock
     _owner_sql: dict[str, str]
     _state: StoreState
@@ -125,8 +128,13 @@ class LockOwners:
     async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
         """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
         own); returns the coroutine function that stops listening."""
-        conn = await connect_lock_connection(
-            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
+        conn = await self._bridge.open(
+            functools.partial(
+                connect_lock_connection,
+                self.dsn,
+                timeout=self._connect_timeout,
+                keepalive_idle=self._keepalive_idle,
+            )
         )
 
         def notified(*_: object) -> None:
@@ -166,6 +174,11 @@ class LockOwners:
     async def _lock_connection(self) -> asyncpg.Connection:
         if self._state is StoreState.CLOSED:
             raise store_closed(self)
-        return await connect_lock_connection(
-            self.dsn, timeout=self._connect_timeout, keepalive_idle=self._keepalive_idle
+        return await self._bridge.open(
+            functools.partial(
+                connect_lock_connection,
+                self.dsn,
+                timeout=self._connect_timeout,
+                keepalive_idle=self._keepalive_idle,
+            )
         )

@@ -9,6 +9,7 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -45,6 +46,7 @@ from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
 from .._watch import RowWatch
 from ._appends import GroupAppends, Queued
+from ._bridge import Bridge
 from ._connection import (
     Lost,
     advisory_key,
@@ -98,6 +100,8 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._connect_timeout = connect_timeout
         self._keepalive_idle = lock_keepalive_idle
         self._sql = statements(schema)
+        #: asyncpg's loop when the caller's is not asyncio (see :mod:`stores.postgres._bridge`).
+        self._bridge = Bridge()
         self._pool: asyncpg.Pool | None = None
         self._setup_lock = anyio.Lock()
         self._liveness = LivenessLock(schema, self._own, self._lock_connection, self._lost, connect_timeout)
@@ -109,7 +113,9 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._max_flushers = max_flushers
         self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
         self._prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]] = {}
-        self._notices = RowNotices(dsn, notice_channel(schema), connect_timeout=connect_timeout)
+        self._notices = RowNotices(
+            dsn, notice_channel(schema), connect_timeout=connect_timeout, bridge=self._bridge
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({describe(self.dsn)}, schema={self.schema!r})"
@@ -128,8 +134,14 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
             if self._pool is not None:
                 return self._pool
             self._refuse_closed()
-            pool = await connect_pool(
-                self.dsn, min_size=self._min_size, max_size=self._max_size, timeout=self._connect_timeout
+            pool = await self._bridge.open(
+                functools.partial(
+                    connect_pool,
+                    self.dsn,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    timeout=self._connect_timeout,
+                )
             )
             try:
                 async with pool.acquire() as conn:
@@ -151,14 +163,16 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._liveness.close()
+            closed = False
             with anyio.move_on_after(_CLOSE_TIMEOUT):
                 if pool is not None:
                     for writer in writers:
                         await pool.release(writer)
                     await pool.close()
-                return
-            if pool is not None:
+                closed = True
+            if not closed and pool is not None:
                 pool.terminate()
+            await self._bridge.close()
 
     # -- writes -------------------------------------------------------------------------------
 

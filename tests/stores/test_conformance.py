@@ -1,11 +1,17 @@
-"""The public conformance suite (stores.testing) against SQLiteStore, PostgresStore and the memory model."""
+"""The public conformance suite (stores.testing) against SQLiteStore, PostgresStore and the memory model.
+
+SQLite and PostgreSQL run it under both of anyio's event loops (asyncio and trio).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import asyncpg
 import pytest
 from _memory_store import MemoryDatabase, MemoryStore
@@ -13,11 +19,34 @@ from _memory_store import MemoryDatabase, MemoryStore
 from stores import PostgresStore, SQLiteStore, Store
 from stores.testing import StoreConformance
 
+T = TypeVar("T")
+
+#: anyio's event loops the stores are checked under.
+LOOPS = ["asyncio", "trio"]
+
+
+async def _on_asyncpg(fn: Callable[[asyncpg.Connection], Awaitable[T]], dsn: str) -> T:
+    """``fn`` on a raw asyncpg connection of its own. asyncpg runs only on asyncio: under any
+    event loop this runs on a loop of its own in a worker thread."""
+
+    async def run() -> T:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await fn(conn)
+        finally:
+            await conn.close()
+
+    return await anyio.to_thread.run_sync(asyncio.run, run())
+
 
 class TestSQLiteStore(StoreConformance):
     """SQLiteStore on a fresh file per test."""
 
     require_outbox = True
+
+    @pytest.fixture(params=LOOPS)
+    def anyio_backend(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
 
     @pytest.fixture(autouse=True)
     def _database(self, sqlite_path: Path) -> None:
@@ -46,6 +75,10 @@ class TestPostgresStore(StoreConformance):
 
     require_outbox = True
 
+    @pytest.fixture(params=LOOPS)
+    def anyio_backend(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
     @pytest.fixture(autouse=True)
     def _database(self, pg_schema: Any) -> None:
         self.dsn = pg_schema.dsn
@@ -56,24 +89,21 @@ class TestPostgresStore(StoreConformance):
         return store
 
     async def bump_schema_version(self, store: Store) -> None:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            version = await conn.fetchval(f'SELECT max(version) FROM "{self.schema}".schema_version')
-            await conn.execute(
-                f'INSERT INTO "{self.schema}".schema_version(version) VALUES ($1)', version + 1
-            )
-        finally:
-            await conn.close()
+        table = f'"{self.schema}".schema_version'
+
+        async def bump(conn: asyncpg.Connection) -> None:
+            version = await conn.fetchval(f"SELECT max(version) FROM {table}")
+            await conn.execute(f"INSERT INTO {table}(version) VALUES ($1)", version + 1)
+
+        await _on_asyncpg(bump, self.dsn)
 
     async def raw_checkpoint_ids(self, execution_id: str) -> list[str]:
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            rows = await conn.fetch(
-                f'SELECT checkpoint_id FROM "{self.schema}".checkpoints WHERE execution_id = $1', execution_id
-            )
-        finally:
-            await conn.close()
-        return [r[0] for r in rows]
+        sql = f'SELECT checkpoint_id FROM "{self.schema}".checkpoints WHERE execution_id = $1'
+
+        async def ids(conn: asyncpg.Connection) -> list[str]:
+            return [r[0] for r in await conn.fetch(sql, execution_id)]
+
+        return await _on_asyncpg(ids, self.dsn)
 
 
 class TestMemoryModel(StoreConformance):
