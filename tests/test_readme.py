@@ -39,6 +39,24 @@ def test_snippet_runs(index: int, tmp_path: Path) -> None:
     assert done.stdout.strip(), "the snippet printed nothing"
 
 
+def test_first_snippet_runs_under_trio(tmp_path: Path) -> None:
+    """The first example, every ``anyio.run`` of it on trio, prints what it prints on asyncio."""
+    outputs = []
+    for loop in ("asyncio", "trio"):
+        cwd = tmp_path / loop
+        cwd.mkdir()
+        script = cwd / "snippet.py"
+        script.write_text(re.sub(r"anyio\.run\((\w+)\)", rf'anyio.run(\1, backend="{loop}")', SNIPPETS[0]))
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE"}
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert 'backend="trio"' in script.read_text()
+    assert outputs[1] == outputs[0] and "completed" in outputs[1], outputs
+
+
 def test_the_two_commands_are_the_readmes_shell_blocks() -> None:
     blocks = [block.strip() for block in SHELL]
     assert DEMO in blocks and TESTS in blocks, blocks

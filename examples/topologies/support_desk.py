@@ -13,10 +13,11 @@ Run: ``python examples/topologies/support_desk.py`` (a scratch SQLite file; ``--
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import anyio
 
 from actors import ActorSystem, Agent, Resume, Supervisor, Swarm, current_run, idempotent, interrupt, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
@@ -109,12 +110,15 @@ async def demo(db: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="the SQLite file (default: a scratch file)")
+    parser.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio's event loop"
+    )
     args = parser.parse_args()
     if args.db is not None:
-        asyncio.run(demo(args.db))
+        anyio.run(demo, args.db, backend=args.backend)
         return
     with tempfile.TemporaryDirectory(prefix="tether-topologies-") as tmp:
-        asyncio.run(demo(Path(tmp) / "ops.db"))
+        anyio.run(demo, Path(tmp) / "ops.db", backend=args.backend)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Proof 8 (a nested topology paused three levels down, resumed from another process) and the
-runnable topology example, as real subprocesses on SQLite and PostgreSQL."""
+runnable topology example, as real subprocesses on SQLite and PostgreSQL, under asyncio and trio."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ TIMEOUT = 150.0
 DEEP = "supervisor:ops/worker:support/agent:billing/tool:refund"
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_proof_8_holds(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    argv = [sys.executable, str(PROOF), "--db", str(tmp_path / "proof8.db")]
+def test_proof_8_holds(backend: str, loop: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    argv = [sys.executable, str(PROOF), "--db", str(tmp_path / "proof8.db"), "--backend", loop]
     if backend == "postgres":
         pg: PgSchema = request.getfixturevalue("pg_schema")
         argv += ["--dsn", pg.dsn, "--schema", pg.schema]
@@ -34,9 +35,14 @@ def test_proof_8_holds(backend: str, request: pytest.FixtureRequest, tmp_path: P
     assert out.rstrip().endswith("proof 8: every claim held"), out
 
 
-def test_the_topology_example_runs() -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_the_topology_example_runs(loop: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=TIMEOUT, check=False
+        [sys.executable, str(EXAMPLE), "--backend", loop],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()

@@ -1,4 +1,5 @@
-"""The boundary proofs (``examples/durability/proofs``), run as real subprocesses on SQLite and PostgreSQL.
+"""The boundary proofs (``examples/durability/proofs``), run as real subprocesses on SQLite and PostgreSQL,
+each under both of anyio's event loops (asyncio and trio).
 
 Each script checks its own claims and exits 1 when one does not hold, so a proof passes here when its
 script exits 0 and prints the key lines of its claims; then both backends must print the same outcome
@@ -99,14 +100,17 @@ KEY_LINES: dict[int, list[str]] = {
     ],
 }
 
-_runs: dict[tuple[int, str], subprocess.CompletedProcess[str]] = {}
+_runs: dict[tuple[int, str, str], subprocess.CompletedProcess[str]] = {}
 
 
-def _run(proof: int, backend: str, cwd: Path, pg: PgSchema | None = None) -> subprocess.CompletedProcess[str]:
-    """Run one proof script on one backend (once per session; the comparison reuses it)."""
-    key = (proof, backend)
+def _run(
+    proof: int, backend: str, cwd: Path, pg: PgSchema | None = None, loop: str = "asyncio"
+) -> subprocess.CompletedProcess[str]:
+    """Run one proof script on one backend under one event loop (once per session; the comparisons
+    reuse it)."""
+    key = (proof, backend, loop)
     if key not in _runs:
-        argv = [sys.executable, str(PROOFS_DIR / SCRIPTS[proof]), "--store", backend]
+        argv = [sys.executable, str(PROOFS_DIR / SCRIPTS[proof]), "--store", backend, "--backend", loop]
         if pg is not None:
             argv += ["--dsn", pg.dsn, "--schema", pg.schema]
         _runs[key] = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
@@ -153,18 +157,35 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+#: anyio's event loops: every proof holds under each.
+LOOPS = ["asyncio", "trio"]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("proof", sorted(SCRIPTS))
+def test_proof_holds(
+    proof: int, backend: str, loop: str, installed: Path, request: pytest.FixtureRequest
+) -> None:
+    done = _run(proof, backend, installed, _pg(request, backend), loop)
+    where = f"proof {proof} on {backend} under {loop}"
+    report = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{where} exited {done.returncode}\n{report}"
+    assert f"PROOF {proof} HOLDS" in done.stdout, report
+    assert "✗" not in done.stdout, report
+    missing = [line for line in KEY_LINES[proof] if line not in done.stdout]
+    assert not missing, f"{where} did not print {missing}\n{report}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("proof", sorted(SCRIPTS))
-def test_proof_holds(proof: int, backend: str, installed: Path, request: pytest.FixtureRequest) -> None:
-    done = _run(proof, backend, installed, _pg(request, backend))
-    report = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-3000:]}"
-    assert done.returncode == 0, f"proof {proof} on {backend} exited {done.returncode}\n{report}"
-    assert f"PROOF {proof} HOLDS" in done.stdout, report
-    assert "✗" not in done.stdout, report
-    missing = [line for line in KEY_LINES[proof] if line not in done.stdout]
-    assert not missing, f"proof {proof} on {backend} did not print {missing}\n{report}"
+def test_loops_agree(proof: int, backend: str, installed: Path, request: pytest.FixtureRequest) -> None:
+    """Under trio a proof prints the same outcome lines as under asyncio, line for line."""
+    pg = _pg(request, backend)
+    on_asyncio = _run(proof, backend, installed, pg, "asyncio")
+    on_trio = _run(proof, backend, installed, pg, "trio")
+    assert on_asyncio.returncode == 0 and on_trio.returncode == 0, (on_asyncio.stdout, on_trio.stdout)
+    assert normalise(on_asyncio.stdout) == normalise(on_trio.stdout)
 
 
 @pytest.mark.postgres

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import _refund
+import anyio
 import asyncpg
 import msgspec
 
@@ -52,11 +53,12 @@ class Config:
     workdir: str
     ledger: str
     script: str
+    backend: str = "asyncio"
 
     def store_args(self) -> list[str]:
         return [
             "--store", self.store, "--db", self.db, "--dsn", self.dsn, "--schema", self.schema,
-            "--workdir", self.workdir, "--ledger", self.ledger,
+            "--workdir", self.workdir, "--ledger", self.ledger, "--backend", self.backend,
         ]  # fmt: skip
 
     def open_store(self) -> Store:
@@ -69,6 +71,7 @@ class Config:
 def _parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio's event loop")
     p.add_argument("--db", help="SQLite file (default: a scratch file in a temporary directory)")
     p.add_argument("--dsn", default=DEFAULT_DSN, help="PostgreSQL DSN")
     p.add_argument(
@@ -310,7 +313,7 @@ async def _wait_for(path: str, timeout: float = CHILD_TIMEOUT) -> None:
     while not exists(path):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no go signal at {path}")
-        await asyncio.sleep(0.002)
+        await anyio.sleep(0.002)
 
 
 async def _child(ns: argparse.Namespace, cfg: Config) -> int:
@@ -349,6 +352,11 @@ async def _child(ns: argparse.Namespace, cfg: Config) -> int:
 
 
 async def _drop_schema(dsn: str, schema: str) -> None:
+    # asyncpg runs only on asyncio: under any backend, the drop gets a loop of its own in a worker thread.
+    await anyio.to_thread.run_sync(asyncio.run, _drop_schema_now(dsn, schema))
+
+
+async def _drop_schema_now(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -388,9 +396,9 @@ def main(number: int, doc: str, body: Callable[[Proof, ActorSystem], Awaitable[N
     ns = _parser(doc.strip().splitlines()[0]).parse_args()
     script = str(Path(sys.argv[0]).resolve())
     if ns.child:
-        cfg = Config(ns.store, ns.db, ns.dsn, ns.schema, ns.workdir, ns.ledger, script)
+        cfg = Config(ns.store, ns.db, ns.dsn, ns.schema, ns.workdir, ns.ledger, script, ns.backend)
         _refund.configure(cfg.ledger)
-        sys.exit(asyncio.run(_child(ns, cfg)))
+        sys.exit(anyio.run(_child, ns, cfg, backend=ns.backend))
     workdir = tempfile.mkdtemp(prefix=f"tether-proof-{number}-")
     try:
         cfg = Config(
@@ -401,9 +409,10 @@ def main(number: int, doc: str, body: Callable[[Proof, ActorSystem], Awaitable[N
             workdir=workdir,
             ledger=os.path.join(workdir, "ledger.jsonl"),
             script=script,
+            backend=ns.backend,
         )
         _refund.configure(cfg.ledger)
-        code = asyncio.run(_parent(number, cfg, body))
+        code = anyio.run(_parent, number, cfg, body, backend=ns.backend)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     sys.exit(code)

@@ -12,8 +12,9 @@ Run: ``python proof_2_pause_resume.py [--store sqlite|postgres]``; exit status 0
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
 
+import anyio
 from _harness import Proof, frozen, history, main, outcome
 from _refund import ANSWER, ORDER, charges, events
 
@@ -35,6 +36,19 @@ def pause_in_child(proof: Proof, run: str) -> bool:
 
 def race_outcomes(outcomes: list[str]) -> list[str]:
     return sorted(outcomes, key=lambda o: (o != "AlreadyResumed", o))
+
+
+async def race(n: int, attempt: Callable[[], Awaitable[str]]) -> list[str]:
+    """Run ``attempt`` ``n`` times at once; the outcomes, sorted by :func:`race_outcomes`."""
+    found: list[str] = []
+
+    async def one() -> None:
+        found.append(await attempt())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+    return race_outcomes(found)
 
 
 async def body(proof: Proof, system: ActorSystem) -> None:
@@ -114,7 +128,7 @@ async def body(proof: Proof, system: ActorSystem) -> None:
                 except AlreadyResumed as exc:
                     return outcome(exc)
 
-            outcomes = race_outcomes(list(await asyncio.gather(*(resume_one() for _ in range(5)))))
+            outcomes = await race(5, resume_one)
             proof.say(f"outcomes: {outcomes}")
             proof.say(f"charges for refund-2: {charges('refund-2')}")
             proof.check(
@@ -132,7 +146,7 @@ async def body(proof: Proof, system: ActorSystem) -> None:
                     except AlreadyResumed as exc:
                         return outcome(exc)
 
-            outcomes = race_outcomes(list(await asyncio.gather(*(resume_own() for _ in range(5)))))
+            outcomes = await race(5, resume_own)
             proof.say(f"outcomes: {outcomes}")
             proof.say(f"charges for refund-3: {charges('refund-3')}")
             proof.check(

@@ -14,7 +14,6 @@ every claim held. Without ``--dsn`` the store is a scratch SQLite file.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+
+import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "topologies"))
 
@@ -77,6 +78,7 @@ async def child(args: argparse.Namespace) -> None:
 
 def run_child(args: argparse.Namespace, mode: str) -> dict[str, object]:
     command = [sys.executable, __file__, "--child", mode, "--db", str(args.db), "--ledger", str(args.ledger)]
+    command += ["--backend", args.backend]
     if args.dsn:
         command += ["--dsn", args.dsn, "--schema", args.schema]
     done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False)
@@ -95,7 +97,7 @@ async def parent(args: argparse.Namespace) -> int:
             failures.append(claim)
 
     print("── process A runs ops until a tool three levels down pauses")
-    paused = await asyncio.to_thread(run_child, args, "spawn")
+    paused = await anyio.to_thread.run_sync(run_child, args, "spawn")
     print(f"child pid={paused.get('pid')} status={paused.get('status')} pending={paused.get('pending')}")
     check(
         paused.get("status") == "paused" and paused.get("pending") == DEEP, "the run paused at the deep tool"
@@ -113,11 +115,11 @@ async def parent(args: argparse.Namespace) -> int:
     check("run_end" not in [r.step_type for r in rows], "a paused run has no run_end")
 
     print("\n── process B resumes it with Resume(approved=True, metadata={'approver': 'alice'})")
-    done = await asyncio.to_thread(run_child, args, "resume")
+    done = await anyio.to_thread.run_sync(run_child, args, "resume")
     print(f"child pid={done.get('pid')} status={done.get('status')} output={done.get('output')!r}")
     check(done.get("status") == "completed", "the other process finished the run")
     check(done.get("pid") != paused.get("pid"), "in another process than the one that paused")
-    again = await asyncio.to_thread(run_child, args, "resume")
+    again = await anyio.to_thread.run_sync(run_child, args, "resume")
     print(f"a second resume: {again.get('status')}")
     check(again.get("status") == "AlreadyResumed", "a second resume is refused")
     async with open_store(args) as store:
@@ -128,7 +130,7 @@ async def parent(args: argparse.Namespace) -> int:
     check(len(resumes) == 1 and resumes[0].agent_path == DEEP, "one resume row, at the deep tool")
 
     print("\n── per-agent counters (model calls and tool runs, from both processes)")
-    counts = Counter((await asyncio.to_thread(Path(args.ledger).read_text)).splitlines())
+    counts = Counter((await anyio.to_thread.run_sync(Path(args.ledger).read_text)).splitlines())
     for key in sorted(counts):
         print(f"  {key:<16} {counts[key]}")
     check(counts == EXPECTED, "nothing that completed ran again; the paused tool ran twice, its charge once")
@@ -143,14 +145,17 @@ def main() -> None:
     parser.add_argument("--schema", default="")
     parser.add_argument("--ledger", type=Path)
     parser.add_argument("--child", choices=["spawn", "resume"])
+    parser.add_argument(
+        "--backend", choices=["asyncio", "trio"], default="asyncio", help="anyio's event loop"
+    )
     args = parser.parse_args()
     if args.child:
-        asyncio.run(child(args))
+        anyio.run(child, args, backend=args.backend)
         return
     with tempfile.TemporaryDirectory(prefix="proof-8-") as tmp:
         args.db = args.db or Path(tmp) / "proof8.db"
         args.ledger = Path(tmp) / "ledger"
-        sys.exit(asyncio.run(parent(args)))
+        sys.exit(anyio.run(parent, args, backend=args.backend))
 
 
 if __name__ == "__main__":
