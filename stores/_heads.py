@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ._errors import SerializationError, check_execution_id
 from ._json import decode
 from ._model import COMPLETED, FAILED, HITL_PAUSE, RUN_END
 
@@ -90,7 +91,18 @@ def heads_query(
 ) -> tuple[str, list[Any]]:
     """The heads read for both backends: SQL text (``mark(n)`` writes the n-th parameter) and its
     arguments. Newest first, by the head's ``created_at`` then ``execution_id``; ``before`` is the
-    ``(created_at, execution_id)`` of the last head of the previous page."""
+    ``(created_at, execution_id)`` of the last head of the previous page. An id the stores could
+    never hold raises :class:`~stores.InvalidExecutionId` (a runner name UTF-8 cannot encode,
+    :class:`~stores.SerializationError`) before any I/O, the same on every backend."""
+    if execution_id is not None:
+        check_execution_id(execution_id)
+    if before is not None:
+        check_execution_id(before[1])
+    if runner is not None and not _encodable(runner):
+        raise SerializationError(
+            f"runner {runner!r} contains a lone surrogate, which UTF-8 cannot encode: no run has it",
+            path="$.runner",
+        )
     args: list[Any] = []
 
     def arg(value: Any) -> str:
@@ -115,6 +127,17 @@ def heads_query(
         f"ORDER BY c.created_at DESC, c.execution_id DESC LIMIT {arg(limit)}"
     )
     return sql, args
+
+
+def _encodable(text: object) -> bool:
+    """Whether a filter value can reach the database (a str UTF-8 can encode)."""
+    if not isinstance(text, str):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_heads_arguments(state: str | None, limit: int) -> None:

@@ -21,6 +21,7 @@ from stores import (
     RESUME,
     Cached,
     Checkpoint,
+    InvalidExecutionId,
     PostgresStore,
     RowTooLarge,
     RunNotFound,
@@ -28,6 +29,7 @@ from stores import (
     SQLiteStore,
     Store,
     StoreUnavailable,
+    utcnow,
 )
 from stores.testing import make_message, make_pending, make_row
 
@@ -176,3 +178,42 @@ async def test_a_file_that_is_not_sqlite_is_store_unavailable(tmp_path: Path, co
         with anyio.move_on_after(5):
             await store.close()
     assert path.read_bytes() == content
+
+
+async def test_a_lone_surrogate_id_is_refused_by_heads_status_and_runs(store_backend: Backend) -> None:
+    """An id UTF-8 cannot encode (what ``$'\\xff'`` on a command line becomes) is refused by name
+    before any I/O, by the listings as by every other store method."""
+    from actors import ActorSystem
+
+    store, rows = await _seeded(store_backend)
+    with pytest.raises(InvalidExecutionId, match="lone surrogate"):
+        await store.heads(execution_id="run\udcff")
+    with pytest.raises(InvalidExecutionId, match="lone surrogate"):
+        await store.heads(before=(utcnow(), "\ud800"))
+    with pytest.raises(SerializationError, match="runner"):
+        await store.heads(runner="agent\udcff")
+    async with ActorSystem(store) as system:
+        with pytest.raises(InvalidExecutionId, match="lone surrogate"):
+            await system.status("\udcff")
+        with pytest.raises(SerializationError, match="runner"):
+            await system.runs(runner="\udcff", status="running")
+        assert [s.execution_id for s in await system.runs()] == ["run"]
+    await _unchanged(store, rows)
+    await store.close()
+
+
+def test_tether_show_of_an_undecodable_id_prints_one_line(tmp_path: Path) -> None:
+    """``tether show $'\\xff'``: one line naming the refusal, status 1, no traceback."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    tether = [sys.executable, "-m", "tether"]
+    subprocess.run([*tether, "migrate", "--store", url], check=True, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [*tether, "show", b"\xff", "--store", url], capture_output=True, timeout=60, check=False
+    )
+    err = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("InvalidExecutionId:") and "lone surrogate" in err
