@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from ._errors import InvalidStoreURL
 
-__all__ = ["PG_KEYWORDS", "keyword_dsn", "unknown_keyword"]
+__all__ = ["PG_KEYWORDS", "check_text", "check_value", "keyword_dsn", "unknown_keyword"]
 
 #: The connection keywords asyncpg reads from a URI's query (and so from a keyword string).
 PG_KEYWORDS: Final = frozenset(
@@ -43,12 +43,33 @@ PG_KEYWORDS: Final = frozenset(
 def keyword_dsn(text: str, *, takes_schema: bool = True) -> tuple[str, str | None]:
     """A libpq keyword string as an equivalent URI (asyncpg reads its keywords from the query), and
     its ``schema`` keyword (``takes_schema``: whether the caller accepts one, for the refusal's text)."""
+    check_text(text)
     pairs = _split_keywords(text)
     schema = pairs.pop("schema", None)
-    for name in pairs:
+    for name, value in pairs.items():
         if name not in PG_KEYWORDS:
             raise InvalidStoreURL(unknown_keyword(name, takes_schema=takes_schema))
+        check_value(name, value)
     return "postgresql://?" + urlencode(list(pairs.items())), schema
+
+
+def check_text(text: str) -> None:
+    """Refuse a store URL or DSN with a NUL byte (no driver or file name can carry one; the
+    text is not quoted: it may hold a password)."""
+    if "\x00" in text:
+        raise InvalidStoreURL("the store URL contains a NUL byte, which no connection parameter can hold")
+
+
+def check_value(name: str, value: str) -> None:
+    """Refuse a connection parameter's value the driver would reject only when connecting with a
+    plain ``ValueError``: a ``port`` that is not a number from 1 to 65535 (a comma-separated list
+    of them for several hosts, an empty entry meaning the default)."""
+    if name != "port":
+        return
+    for piece in value.split(","):
+        piece = piece.strip()
+        if piece and not (piece.isascii() and piece.isdigit() and 0 < int(piece) <= 65535):
+            raise InvalidStoreURL(f"port {value!r} is not a port number (1 to 65535)")
 
 
 def unknown_keyword(name: str, *, takes_schema: bool = True) -> str:
@@ -61,7 +82,8 @@ def unknown_keyword(name: str, *, takes_schema: bool = True) -> str:
 
 
 def _split_keywords(text: str) -> dict[str, str]:
-    """``key=value`` pairs of a libpq keyword string (later keys win, as in libpq)."""
+    """``key=value`` pairs of a libpq keyword string (later keys win, as in libpq, except
+    ``schema``: given twice, it is refused rather than guessed)."""
     pairs: dict[str, str] = {}
     i, n = 0, len(text)
     while True:
@@ -101,4 +123,6 @@ def _split_keywords(text: str) -> dict[str, str]:
                     i += 1
                 value.append(text[i])
                 i += 1
+        if key == "schema" and key in pairs:
+            raise InvalidStoreURL("schema= is given twice in the store URL: keep one")
         pairs[key] = "".join(value)

@@ -1,7 +1,8 @@
 """:func:`open_store`: a store from a URL, as the CLI's ``--store`` and ``TETHER_STORE`` give it.
 
-Accepted, and nothing else (anything else raises :class:`InvalidStoreURL` naming what was wrong;
-nothing is ever guessed):
+Accepted, and nothing else (anything else raises :class:`InvalidStoreURL` naming what was wrong,
+a NUL byte, a ``port`` that is not a number or a repeated ``schema`` included; nothing is ever
+guessed):
 
 * ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (no host, no query);
 * ``postgresql://user@host:port/db?schema=name`` (also ``postgres://``): ``schema`` is the store's
@@ -14,9 +15,9 @@ nothing is ever guessed):
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from ._dsn import PG_KEYWORDS, keyword_dsn, unknown_keyword
+from ._dsn import PG_KEYWORDS, check_text, check_value, keyword_dsn, unknown_keyword
 from ._errors import InvalidStoreURL
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def open_store(url: str, **options: Any) -> SQLiteStore | PostgresStore:
     if not isinstance(url, str) or not url.strip():
         raise InvalidStoreURL(f"a store URL must be a non-empty string, not {url!r}: {_FORMS}")
     text = url.strip()
+    check_text(text)
     scheme, sep, _ = text.partition("://")
     if sep:
         scheme = scheme.lower()
@@ -89,6 +91,7 @@ def _postgres(dsn: str, schema: str | None, options: dict[str, Any]) -> Postgres
 
 def _postgres_uri(url: str) -> tuple[str, str | None]:
     """The DSN asyncpg gets (the URI without ``schema``) and the schema, if given."""
+    check_text(unquote(url))  # %00 is a NUL once the driver decodes it
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (parses the port: ValueError when it is not a number)
@@ -98,8 +101,11 @@ def _postgres_uri(url: str) -> tuple[str, str | None]:
     kept: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name == "schema":
+            if schema is not None:
+                raise InvalidStoreURL("schema= is given twice in the store URL: keep one")
             schema = value
         elif name in PG_KEYWORDS:
+            check_value(name, value)
             kept.append((name, value))
         else:
             raise InvalidStoreURL(unknown_keyword(name))

@@ -53,6 +53,17 @@ async def test_the_store_is_returned_not_set_up_and_works_once_set_up(tmp_path: 
         ("host=h connect_timeout=3", "'connect_timeout'"),
         ("host=h dbname", "after 'dbname'"),
         ("host='h", "no closing quote"),
+        ("host=h port=notaport dbname=x", "port 'notaport' is not a port number"),
+        ("postgresql://u@h/db?port=notaport", "port 'notaport' is not a port number"),
+        ("host=h port=70000", "port '70000' is not a port number"),
+        ("host=a,b port=5432,x", "port '5432,x' is not a port number"),
+        ("sqlite:///a\x00b.db", "NUL byte"),
+        ("postgresql://u@h/d\x00b", "NUL byte"),
+        ("postgresql://u@h/d%00b", "NUL byte"),
+        ("postgresql://u@h/db?sslmode=a%00", "NUL byte"),
+        ("host=h dbname=a\x00b", "NUL byte"),
+        ("postgresql://u@h/db?schema=a&schema=b", "schema= is given twice"),
+        ("host=h schema=a dbname=x schema=b", "schema= is given twice"),
     ],
 )
 def test_bad_urls_are_refused_by_name(url: str, names: str) -> None:
@@ -63,10 +74,23 @@ def test_bad_urls_are_refused_by_name(url: str, names: str) -> None:
 
 
 def test_errors_never_quote_a_password() -> None:
-    for url in ("postgresql://u:s3cret@h:notaport/db", "host=h s3cret", "password=s3cret bogus=1"):
+    for url in (
+        "postgresql://u:s3cret@h:notaport/db",
+        "host=h s3cret",
+        "password=s3cret bogus=1",
+        "postgresql://u:s3cret\x00@h/db",
+        "password=s3cret\x00 host=h",
+    ):
         with pytest.raises(InvalidStoreURL) as info:
             open_store(url)
         assert "s3cret" not in str(info.value), str(info.value)
+
+
+def test_several_hosts_take_a_port_each_and_an_empty_port_is_the_default() -> None:
+    store = open_store("host=a,b port=5432,6432 dbname=x")
+    assert isinstance(store, PostgresStore)
+    assert store.dsn == "postgresql://?host=a%2Cb&port=5432%2C6432&dbname=x"
+    assert open_store("host=a port='' dbname=x").dsn == "postgresql://?host=a&port=&dbname=x"  # type: ignore[union-attr]
 
 
 def test_postgres_url_forms() -> None:
