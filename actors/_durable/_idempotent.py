@@ -74,6 +74,9 @@ _FlightKey = tuple[int, str, str]
 _OCCURRENCE = "tether.idempotent/occurrence"
 _EXTERNAL = "tether.idempotency_key"
 
+#: Seconds a result's put may take past the outage grace before it is given up (shielded).
+_PUT_SLACK = 10.0
+
 #: The idempotency key of the ``@idempotent`` body running in this task or thread.
 _current_key: ContextVar[str | None] = ContextVar("tether_idempotency_key", default=None)
 
@@ -222,12 +225,21 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
 
 
 async def _finish(call: _Call, flight: _Flight, result: Any) -> Any:
-    """Store the leader's result (insert-if-absent) and hand the stored value to the waiters."""
+    """Store the leader's result (insert-if-absent) and hand the stored value to the waiters.
+
+    The body has run: its result is stored even if the run is cancelled or abandoned meanwhile
+    (shielded, bounded by the outage grace), so a recovery finds it instead of running it again."""
     try:
         value = _json_result(result, call.name)
-        stored = await call.through_outage(
-            lambda: call.store.cache_put(call.execution_id, call.key, value), f"@idempotent {call.name} put"
-        )
+        deadline = anyio.current_time() + call.grace + _PUT_SLACK
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+            stored = await call.through_outage(
+                lambda: call.store.cache_put(call.execution_id, call.key, value),
+                f"@idempotent {call.name} put",
+            )
+        if scope.cancelled_caught:
+            error = TimeoutError(f"the put took over {call.grace + _PUT_SLACK:g} s")
+            raise StepAbandoned(outage_abandoned(call.execution_id, call.grace, error))
     except BaseException as exc:
         _settle(flight, error=exc)
         raise

@@ -74,7 +74,7 @@ MARKER_TIMEOUT = 10.0
 DEFAULT_OUTAGE_GRACE = 60.0
 #: The first pause between two attempts at a write the store could not make, and the longest.
 _FIRST_PAUSE = 0.05
-_LONGEST_PAUSE = 2.0
+_LONGEST_PAUSE = 0.25
 
 _log = tether_logger()
 #: A ``hitl_pause`` row's snapshot key holding the ``seq`` of the tool row it paused (the step

@@ -526,7 +526,8 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert if absent and return the stored value: the first writer wins (one round trip)."""
-        self._own.check(execution_id)
+        # No ownership check: the entry records a body that ran, so a run abandoned after its body
+        # (its lock lost meanwhile) still keeps the result, and its recovery does not run it again.
         data = encode_cache_value(execution_id, key, value)
         pool = await self._ready()
         with self._lost():

@@ -386,7 +386,8 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
 
     async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
         """Insert the entry if absent; return the stored value (the first writer's)."""
-        self._own.check(execution_id)
+        # No ownership check: the entry records a body that ran, so a run abandoned after its body
+        # (its lock lost meanwhile) still keeps the result, and its recovery does not run it again.
         body = encode_cache_value(execution_id, key, value)
         now = ts(utcnow())
 
