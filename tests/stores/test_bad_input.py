@@ -217,3 +217,32 @@ def test_tether_show_of_an_undecodable_id_prints_one_line(tmp_path: Path) -> Non
     assert done.returncode == 1, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert err.startswith("InvalidExecutionId:") and "lone surrogate" in err
+
+
+async def test_a_tool_argument_counts_twice_against_max_row_bytes(tmp_path: Path) -> None:
+    """The documented figure: the tool's row holds its arguments twice (the model's message that
+    asked for the call, and the row's ``node_input``), so arguments of 45% of ``max_row_bytes`` are
+    kept and arguments of 55% fail the run with ``RowTooLarge``."""
+    from actors import ActorSystem, Agent, tool
+    from actors.models import FunctionModel, Message, ModelReply, ToolCall
+
+    limit = 256 * 1024
+    sizes = iter([int(limit * 0.45), int(limit * 0.55)])
+
+    def respond(messages: list[Message]) -> str | ModelReply:
+        if any(m.role == "tool" for m in messages):
+            return "done"
+        return ModelReply(tool_calls=[ToolCall("process", {"blob": "x" * next(sizes)})])
+
+    @tool
+    async def process(blob: str) -> int:
+        """Count a blob."""
+        return len(blob)
+
+    agent = Agent("big", FunctionModel(respond), tools=[process])
+    async with ActorSystem(SQLiteStore(tmp_path / "big.db", max_row_bytes=limit), runners=[agent]) as system:
+        kept = await (await system.spawn(agent, "go")).result(timeout=30)
+        assert kept.status == "completed"
+        refused = await (await system.spawn(agent, "go")).result(timeout=30)
+        assert refused.status == "failed"
+        assert "RowTooLarge" in str(refused.error) and "tool:process" in str(refused.error)
