@@ -14,7 +14,6 @@ is never used by two calls at once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import threading
@@ -59,7 +58,7 @@ class Bridge:
         connection it returns seen through a :class:`BridgedPool` / :class:`BridgedConnection`."""
         if on_asyncio():
             return await connect()
-        raw: object = await self.run(connect)
+        raw: object = await self.run(connect, undo=_close)
         if isinstance(raw, asyncpg.Pool):
             return cast(T, BridgedPool(raw, self))
         if isinstance(raw, asyncpg.Connection):
@@ -77,30 +76,53 @@ class Bridge:
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
-        """``await fn(*args, **kwargs)`` on the store's loop, from the caller's loop."""
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        undo: Callable[[T], Awaitable[object]] | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """``await fn(*args, **kwargs)`` on the store's loop, from the caller's loop. When the caller
+        is cancelled after the call succeeded, ``undo(result)`` runs there (nothing is leaked)."""
         loop = self._started()
         caller = trio_loop()
         done = anyio.Event()
+        tasks: list[asyncio.Task[T]] = []
 
         async def call() -> T:
-            return await fn(*args, **kwargs)
+            return await fn(*args, **kwargs)  # what asyncpg returns may be awaitable, not a coroutine
+
+        def start() -> None:  # on the store's loop
+            task = loop.create_task(call())
+            tasks.append(task)
+            task.add_done_callback(lambda _: _soon(caller, done.set))
 
         # A context of its own: the call must not inherit the caller's (anyio would take the
         # caller's backend for the store loop's).
-        future = contextvars.Context().run(asyncio.run_coroutine_threadsafe, call(), loop)
-        future.add_done_callback(lambda _: _soon(caller, done.set))
+        self._call(loop, start)
         try:
             await done.wait()
         except BaseException:
-            future.cancel()  # the task is cancelled on its loop; wait until it has ended
+            self._call(loop, _cancel, tasks)  # after start: the task is there
             with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_TIMEOUT):
                 await done.wait()
+            if undo is not None and done.is_set():
+                task = tasks[0]
+                if not task.cancelled() and task.exception() is None:  # it ended before the cancel
+                    self._call(loop, _undo, loop, undo, task.result())
             raise
         try:
-            return future.result()
-        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            return tasks[0].result()
+        except asyncio.CancelledError:
             raise StoreUnavailable("the PostgreSQL store's event loop stopped the call") from None
+
+    @staticmethod
+    def _call(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
+        except RuntimeError:  # the loop was closed under the call
+            raise StoreUnavailable("the PostgreSQL store is closed") from None
 
     def soon(self, fn: Callable[..., object], *args: Any) -> None:
         """Run the plain function ``fn(*args)`` on the store's loop (not waited for)."""
@@ -124,7 +146,7 @@ class Bridge:
         """Stop the store's loop and its thread (what is still open there is dropped); idempotent."""
         with self._guard:
             self._closed = True
-            loop, thread, self._loop, self._thread = self._loop, None, None, None
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(loop.stop)
@@ -138,6 +160,37 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_forever()
     finally:
         loop.close()
+
+
+def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+
+
+def _undo(loop: asyncio.AbstractEventLoop, undo: Callable[[T], Awaitable[object]], value: T) -> None:
+    """Start ``undo(value)`` on the store's loop for a caller that is gone (on that loop)."""
+
+    async def run() -> None:
+        try:
+            await undo(value)
+        except Exception:  # nobody is left to hear of it; the pool reclaims what it must
+            pass
+
+    loop.create_task(run())
+
+
+async def _close(raw: object) -> None:
+    """Close a pool or connection opened for a caller that was cancelled meanwhile."""
+    if isinstance(raw, asyncpg.Pool | asyncpg.Connection):
+        raw.terminate()
+
+
+def _terminate(raw: Any) -> None:
+    """End a connection now; one the pool has already taken back is left alone."""
+    try:
+        raw.terminate()
+    except asyncpg.InterfaceError:
+        pass
 
 
 def _soon(caller: TrioLoop, fn: Callable[..., object], *args: Any) -> None:
@@ -181,7 +234,10 @@ class _Transaction:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_TIMEOUT):
+        if kind is None:  # the commit, and its outcome, as on asyncio
+            await self._bridge.run(self._raw.__aexit__, kind, exc, tb)
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_TIMEOUT):  # the rollback
             await self._bridge.run(self._raw.__aexit__, kind, exc, tb)
 
 
@@ -226,7 +282,7 @@ class BridgedConnection:
         return int(self._raw.get_server_pid())
 
     def terminate(self) -> None:
-        self._bridge.soon(self._raw.terminate)
+        self._bridge.soon(_terminate, self._raw)
 
     async def close(self, *, timeout: float | None = None) -> None:
         await self._bridge.run(self._raw.close, timeout=timeout)
@@ -265,7 +321,7 @@ class _Acquire:
 
     async def _acquire(self) -> BridgedConnection:
         pool = self._pool
-        raw = await pool._bridge.run(pool._raw.acquire, timeout=self._timeout)
+        raw = await pool._bridge.run(pool._raw.acquire, timeout=self._timeout, undo=pool._raw.release)
         return BridgedConnection(raw, pool._bridge)
 
     def __await__(self) -> Generator[Any, None, BridgedConnection]:
