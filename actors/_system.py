@@ -17,6 +17,7 @@ import anyio
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
 from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, run_status
 from ._durable._runlog import DEFAULT_OUTAGE_GRACE
+from ._durable._shutdown import SignalWake
 from ._replica import KickingStore, ReplicatorLike
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class ActorSystem:
         self._fleet.max_recoveries = max_recoveries
         self._runs.outage_grace = float(store_outage_grace)
         self._owns_store = False
+        self._signal_wake = SignalWake()
         self._store_lock: anyio.Lock | None = None
 
     @property
@@ -92,6 +94,7 @@ class ActorSystem:
 
     async def __aenter__(self) -> Self:
         await self._runtime.__aenter__()
+        self._signal_wake.open()  # Ctrl-C reaches the loop at once, even while a sync tool runs
         if self.replicator is not None:
             try:
                 await self._start_replicator(self.replicator)
@@ -111,6 +114,7 @@ class ActorSystem:
             await self._runs.report_stop(self._runtime.shutdown_timeout)
             return await self._runtime.__aexit__(exc_type, exc, tb)
         finally:
+            self._signal_wake.close()
             if self._owns_store and self.store is not None:
                 await self._close_store()
 
