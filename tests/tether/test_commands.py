@@ -96,7 +96,12 @@ def test_reading_commands(store_backend: Backend, tmp_path: Path) -> None:
         ("wait-1", "manager_approval", {"order": "1042", "amount": 50000})
     ]
     table = tether(url, "pending")
-    assert table.out.splitlines()[1].split()[:3] == ["wait-1", "manager_approval", "turn:0/tool:refund"]
+    assert table.out.splitlines()[1].split()[:4] == [
+        "wait-1",
+        "manager_approval",
+        "agent:refund-bot/tool:refund",
+        "turn:0/tool:refund",
+    ]
 
     # refusals: one line, exit 1.
     assert tether(url, "show", "nobody").refusal() == (

@@ -63,6 +63,14 @@ def test_a_topology_on_every_command_that_takes_a_runner(store_backend: Backend,
         done = console(*args, "--store", url, cwd=folder)
         return subprocess.CompletedProcess(args, done.code, done.out, done.err)
 
+    # Each pending gate names its agent path: which agent of the topology waits.
+    gates = {line.split()[0]: line.split() for line in run("pending").stdout.splitlines()[1:]}
+    assert gates["t-cancel"][1:4] == [
+        "manager_approval",
+        "supervisor:ops/worker:support/tool:refund",
+        "turn:1/tool:refund",
+    ]
+
     # The object and a function returning it, imported from the current directory.
     approved = run("approve", "t-approve", "--runner", "topo_app:ops")
     assert approved.returncode == 0, approved

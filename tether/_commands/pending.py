@@ -40,9 +40,16 @@ async def _run(args: argparse.Namespace) -> int:
         emit_json(found)
         return 0
     print_table(
-        ["EXECUTION_ID", "REASON", "NODE", "SINCE (UTC)", "CONTEXT"],
+        ["EXECUTION_ID", "REASON", "AGENT PATH", "NODE", "SINCE (UTC)", "CONTEXT"],
         [
-            [p.execution_id, p.reason, p.node_id, when(p.created_at), encode_json(p.context).decode()]
+            [
+                p.execution_id,
+                p.reason,
+                p.agent_path or "-",
+                p.node_id,
+                when(p.created_at),
+                encode_json(p.context).decode(),
+            ]
             for p in found
         ],
     )
