@@ -226,7 +226,9 @@ class ActorSystem:
 
     def ref(self, execution_id: str) -> RunRef:
         """A handle on a run this process did not start (or any run): its ``result()`` and
-        ``events()`` read the store, so they work for a run owned by another process."""
+        ``events()`` read the store, so they work for a run owned by another process. ``result()``
+        first waits for the run's next resting row when a message this process delivered (a
+        ``send``) is in flight or another live process drives the run."""
         return self._runs.ref(execution_id)
 
     async def status(self, execution_id: str) -> RunSummary:
