@@ -74,6 +74,9 @@ class RunContext:
     #: How long an ``@idempotent`` lookup or put rides out a store outage (the system's
     #: ``store_outage_grace``) before the step is abandoned.
     outage_grace: float = 60.0
+    #: Set when the run was cancelled from another process while the step ran: no ``@idempotent``
+    #: body starts from then on (a sync tool's thread may still be running).
+    stopped: threading.Event | None = None
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -129,6 +132,7 @@ def bind_run(
     shared: dict[str, Any] | None = None,
     step: int | None = None,
     outage_grace: float = 60.0,
+    stopped: threading.Event | None = None,
 ) -> AbstractContextManager[RunContext]:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
     counting its ``@idempotent`` calls from 0)."""
@@ -142,6 +146,7 @@ def bind_run(
             shared=shared,
             step=step,
             outage_grace=outage_grace,
+            stopped=stopped,
         )
     )
 

@@ -25,19 +25,24 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
+import anyio
 import msgspec
 
 from stores import (
     FORK_ORIGIN,
     HITL_PAUSE,
     LLM_CALL,
+    RUN_END,
     TOOL_CALL,
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
+    Store,
+    StoreError,
     conversation_of,
 )
 
@@ -61,12 +66,16 @@ from ._messages import (
     Step,
     TakeTurn,
 )
-from ._runlog import RunLog, StepAbandoned, step_seq
+from ._runlog import RunLog, StepAbandoned, cancelled_elsewhere, step_seq
+from ._tools import ToolOutcome
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
 
 #: What the model reads for a sibling tool call that a pause left behind (rule 6).
 SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
+#: The longest wait between two looks for a cancel from another process while a tool runs (seconds;
+#: a notice wakes it at once on PostgreSQL, SQLite polls at the store's own pace).
+_CANCEL_WATCH: Final = 0.5
 
 
 class Special(Protocol):
@@ -265,6 +274,7 @@ class RunEngine(Level):
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
+        stopped = threading.Event()
         try:
             with bind_run(
                 self.execution_id,
@@ -275,8 +285,9 @@ class RunEngine(Level):
                 shared=self.rows.shared,
                 step=step_seq(row),
                 outage_grace=self.rows.grace,
+                stopped=stopped,
             ):
-                outcome = await tool.invoke(call.arguments)
+                outcome = await _watched(self.store, row, stopped, lambda: tool.invoke(call.arguments))
         except PauseSignal as signal:
             raise await self._pause(row, signal) from None
         except StepAbandoned as abandoned:  # the store stayed unusable under an @idempotent call
@@ -378,6 +389,60 @@ def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], 
                 return calls, index
             break
     raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} names no tool call to re-enter")
+
+
+async def _watched(
+    store: Store, row: Checkpoint, stopped: threading.Event, invoke: Callable[[], Awaitable[ToolOutcome]]
+) -> ToolOutcome:
+    """``invoke()`` (a tool call, whose row is ``row``), stopped within about a second when another
+    process cancels the run meanwhile: the run's rows are watched while the tool runs (woken by the
+    store's notices on PostgreSQL, polling on SQLite; nothing is read for a tool done within the
+    first wait). Once the cancel's marker is seen, ``stopped`` is set (no ``@idempotent`` body
+    starts from then on), an async tool is cancelled, and the run stops without writing."""
+    outcome: ToolOutcome | None = None
+    error: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            await _until_cancelled(store, row)
+            stopped.set()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            outcome = await invoke()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as exc:  # re-raised after the group, not wrapped in an exception group
+            error = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if stopped.is_set():
+        raise cancelled_elsewhere(row.execution_id)
+    if error is not None:
+        raise error
+    assert outcome is not None
+    return outcome
+
+
+async def _until_cancelled(store: Store, row: Checkpoint) -> None:
+    """Return once the run has a ``run_end`` newer than ``row`` (a cancel from another process).
+
+    A tool done within the first :data:`_CANCEL_WATCH` seconds (most tools) costs no read and no
+    watch (on PostgreSQL the first wait of a store's watches opens its listening connection)."""
+    await anyio.sleep(_CANCEL_WATCH)
+    watch = store.watch(row.execution_id)
+    try:
+        while True:
+            try:
+                newest = await store.latest(row.execution_id)
+            except StoreError:  # an outage: the tool's own writes ride it out; look again later
+                continue
+            if newest is not None and newest.seq > row.seq and newest.step_type == RUN_END:
+                return
+            await watch.wait(_CANCEL_WATCH)
+    finally:
+        watch.close()
 
 
 def _first_abandoned(group: BaseExceptionGroup[StepAbandoned]) -> StepAbandoned:

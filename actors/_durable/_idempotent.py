@@ -47,6 +47,7 @@ import functools
 import hashlib
 import inspect
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -55,13 +56,21 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 import anyio.from_thread
 
-from stores import IdempotencyError, OwnershipLost, Store, StoreError, canonical_json, new_id
+from stores import (
+    IdempotencyError,
+    OwnershipLost,
+    Store,
+    StoreError,
+    WriteConflict,
+    canonical_json,
+    new_id,
+)
 from stores import normalize_json as normalize
 
 from .._core import LazyEvent
 from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
-from ._runlog import StepAbandoned, outage_abandoned, outlast
+from ._runlog import StepAbandoned, cancelled_elsewhere, outage_abandoned, outlast
 
 __all__ = ["idempotency_key", "idempotent", "module_name"]
 
@@ -120,7 +129,17 @@ _flights: dict[_FlightKey, _Flight] = {}
 class _Call:
     """One call of an ``@idempotent`` function in a run: where it caches, under which keys."""
 
-    __slots__ = ("at_most_once", "execution_id", "external", "grace", "key", "name", "older", "store")
+    __slots__ = (
+        "at_most_once",
+        "execution_id",
+        "external",
+        "grace",
+        "key",
+        "name",
+        "older",
+        "stopped",
+        "store",
+    )
 
     def __init__(
         self,
@@ -132,9 +151,11 @@ class _Call:
         *,
         at_most_once: bool,
         grace: float,
+        stopped: threading.Event | None = None,
     ) -> None:
         self.store = store
         self.grace = grace
+        self.stopped = stopped
         self.execution_id = execution_id
         self.name = name
         self.key = key
@@ -214,7 +235,9 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
         return True, value, None
     try:
         check_owner(call.store, call.execution_id)  # the body runs only while the run is ours
-    except OwnershipLost as exc:  # never the tool's result: the run stops without writing
+        if call.stopped is not None and call.stopped.is_set():
+            raise cancelled_elsewhere(call.execution_id)
+    except (OwnershipLost, WriteConflict) as exc:  # never the tool's result: the run stops without writing
         abandoned = StepAbandoned(exc)
         _settle(flight, error=abandoned)  # each waiter checks for itself
         raise abandoned from None
@@ -306,13 +329,24 @@ def _make_call(
     k = ctx.occurrences.next(legacy)
     key = _occurrence_key(eid, step, name, arguments, k)
     if loaded_as is None:
-        return _Call(store, eid, name, key, (legacy,), at_most_once=at_most_once, grace=ctx.outage_grace)
+        return _Call(
+            store,
+            eid,
+            name,
+            key,
+            (legacy,),
+            at_most_once=at_most_once,
+            grace=ctx.outage_grace,
+            stopped=ctx.stopped,
+        )
     # A script's function: its entries of earlier versions name the module "__main__".
     older = (
         _occurrence_key(eid, step, loaded_as, arguments, k),
         hashlib.sha256(canonical_json([loaded_as, arguments])).hexdigest(),
     )
-    return _Call(store, eid, name, key, older, at_most_once=at_most_once, grace=ctx.outage_grace)
+    return _Call(
+        store, eid, name, key, older, at_most_once=at_most_once, grace=ctx.outage_grace, stopped=ctx.stopped
+    )
 
 
 def _occurrence_key(eid: str, step: int | str | None, name: str, arguments: Any, k: int) -> str:

@@ -35,7 +35,9 @@ from stores import (
     PendingInterrupt,
     RunExists,
     Store,
+    StoreError,
     StoreUnavailable,
+    WriteConflict,
     decode_json,
     encode_json,
     new_id,
@@ -56,6 +58,7 @@ __all__ = [
     "RunLog",
     "StepAbandoned",
     "StepLog",
+    "cancelled_elsewhere",
     "outage_abandoned",
     "outlast",
     "step_seq",
@@ -92,13 +95,22 @@ def step_seq(row: Checkpoint) -> int:
 
 
 class StepAbandoned(BaseException):
-    """Raised out of a tool when an ``@idempotent`` lookup or put outlasted the store's grace: not an
+    """Raised out of a tool when an ``@idempotent`` call may not go on: its lookup or put outlasted
+    the store's grace, the run's lock is lost, or the run was cancelled from another process. Not an
     ``Exception``, so no tool (nor its ``except Exception``) turns it into a result the model reads;
-    the engine re-raises :attr:`lost` and the run is abandoned without writing."""
+    the engine re-raises :attr:`lost` and the run stops without writing."""
 
-    def __init__(self, lost: OwnershipLost) -> None:
+    def __init__(self, lost: StoreError | WriteConflict) -> None:
         super().__init__(str(lost))
         self.lost = lost
+
+
+def cancelled_elsewhere(execution_id: str) -> WriteConflict:
+    """The error of a run whose step was stopped because another process cancelled the run."""
+    return WriteConflict(
+        f"run {execution_id!r} was cancelled from another process (its failed run_end marker is "
+        "written): the step in flight was stopped, and no @idempotent body or tool starts for it"
+    )
 
 
 def outage_abandoned(execution_id: str, grace: float, error: BaseException) -> OwnershipLost:
