@@ -72,7 +72,7 @@ from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
 from ._runlog import StepAbandoned, cancelled_elsewhere, outage_abandoned, outlast
 
-__all__ = ["idempotency_key", "idempotent", "module_name"]
+__all__ = ["after_bodies", "idempotency_key", "idempotent", "module_name"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -124,6 +124,22 @@ class _Flight:
 
 
 _flights: dict[_FlightKey, _Flight] = {}
+#: Per run (store id, execution_id): how many of its calls are in flight here, and what to call once
+#: none is (see :func:`after_bodies`). Touched on the event loop's thread only.
+_running: dict[tuple[int, str], int] = {}
+_when_idle: dict[tuple[int, str], list[Callable[[], object]]] = {}
+
+
+def after_bodies(store: Store, execution_id: str, callback: Callable[[], object]) -> bool:
+    """Call ``callback()`` once no ``@idempotent`` call of the run is in flight in this process
+    (a body that started finishes and stores its result first); ``False`` (and no call) when none
+    is in flight now. A run abandoned on a lost lock stops this way, so a body it started is not
+    cut between its side effect and its result."""
+    run = (id(store), execution_id)
+    if not _running.get(run):
+        return False
+    _when_idle.setdefault(run, []).append(callback)
+    return True
 
 
 class _Call:
@@ -210,6 +226,14 @@ def _settle(flight: _Flight, *, value: Any = None, error: BaseException | None =
         flight.value = value
     if _flights.get(flight.key) is flight:
         del _flights[flight.key]
+    run = flight.key[:2]
+    left = _running.get(run, 1) - 1
+    if left > 0:
+        _running[run] = left
+    else:
+        _running.pop(run, None)
+        for callback in _when_idle.pop(run, ()):
+            callback()
     flight.done.set()
 
 
@@ -225,6 +249,8 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
             return True, other.value, None
     flight = _Flight(flight_key)
     _flights[flight_key] = flight
+    run = (id(call.store), call.execution_id)
+    _running[run] = _running.get(run, 0) + 1
     try:
         hit, value = await call.lookup()
     except BaseException as exc:

@@ -24,6 +24,7 @@ from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
 from ._engine import level_of
+from ._idempotent import after_bodies
 from ._level import Level, Next
 from ._messages import (
     Cancel,
@@ -52,6 +53,8 @@ _log = tether_logger()
 _UNLOCK_TIMEOUT = 5.0
 #: Bound on writing a spawn's first row from its caller's task (shielded, so its outcome is known).
 _OPEN_TIMEOUT = 30.0
+#: How long a run abandoned on a lost lock waits for an ``@idempotent`` body in flight (seconds).
+_BODY_BOUND = 30.0
 
 
 class Opening:
@@ -157,11 +160,18 @@ class RunActor(Actor):
         return True
 
     def abandon(self) -> None:
-        """This process lost the run with its liveness lock: stop the activation at once and write
-        nothing (another process may be recovering the run; this is not a cancel)."""
+        """This process lost the run with its liveness lock: stop the activation and write nothing
+        (another process may be recovering the run; this is not a cancel). At once, unless an
+        ``@idempotent`` body of the run is in flight: it finishes and stores its result first
+        (bounded by :data:`_BODY_BOUND`), so its recovery does not run it again; no other starts."""
         self._abandoned = True
-        if self._scope is not None:
-            self._scope.cancel()
+        scope = self._scope
+        if scope is None:
+            return
+        if after_bodies(self.store, self.execution_id, scope.cancel):
+            scope.deadline = min(scope.deadline, anyio.current_time() + _BODY_BOUND)
+        else:
+            scope.cancel()
 
     def release(self, *, now: bool = False) -> None:
         """Hand the run to the fleet: the activation stops once its step in flight has written its

@@ -21,7 +21,7 @@ from conftest import PgSchema
 
 from actors import ActorSystem, Agent, idempotency_key, idempotent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RUN_END, PostgresStore
+from stores import RUN_END, PostgresStore, StoreUnavailable
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -116,3 +116,59 @@ async def test_runs_ride_out_terminated_pool_connections(
     assert all(len(found) == 1 for found in keys.values()), keys  # a repeat reuses its key
     repeats = Counter(item for item, _ in ledger)
     assert max(repeats.values()) <= 2, repeats
+
+
+async def test_serve_rides_out_every_connection_of_its_store_terminated(
+    pg_schema: PgSchema, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lock connection, the listener and the pool, all terminated at once, three times, while
+    ``serve`` drives queued runs: it never exits, and every run completes with each charge once."""
+    caplog.set_level(logging.WARNING, logger="tether")
+    ledger: list[tuple[str, str]] = []
+    runner = _agent(ledger)
+    store = PostgresStore(pg_schema.dsn, schema=pg_schema.schema)
+    async with store, ActorSystem(store, runners=[runner]) as system:
+        ids = [await system.enqueue(runner, f"o{i}", execution_id=f"run-{i}") for i in range(RUNS)]
+        conn = await asyncpg.connect(pg_schema.dsn)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: system.serve(concurrency=8, poll=0.05))
+                for _ in range(3):
+                    await anyio.sleep(0.15)
+                    await conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY($1::int[])",
+                        _store_pids(store),
+                    )
+                with anyio.fail_after(LIMIT):
+                    while not await _all_completed(system, ids):  # noqa: ASYNC110
+                        await anyio.sleep(0.1)
+                tg.cancel_scope.cancel()
+        finally:
+            await conn.close()
+        for eid in ids:
+            rows = await system.history(eid)
+            assert [r.seq for r in rows] == list(range(len(rows))), eid
+            assert [r.step_type for r in rows].count(RUN_END) == 1
+    assert any("lost its liveness lock" in r.getMessage() for r in caplog.records)
+    repeats = Counter(item for item, _ in ledger)
+    assert sorted(repeats) == sorted(f"o{i}/{k}" for i in range(RUNS) for k in (1, 2))
+    assert max(repeats.values()) == 1, repeats
+
+
+async def _all_completed(system: ActorSystem, ids: list[str]) -> bool:
+    """Whether every run completed (``False`` while this test's own read meets a dropped connection)."""
+    try:
+        return {(await system.status(eid)).status for eid in ids} == {"completed"}
+    except StoreUnavailable:
+        return False
+
+
+def _store_pids(store: PostgresStore) -> list[int]:
+    """The server pids of every connection of the store: pool, lock connection, listener."""
+    pids = (
+        [h._con.get_server_pid() for h in store._pool._holders if h._con is not None] if store._pool else []
+    )
+    for conn in (store._lock_conn, store._notices._conn):
+        if conn is not None and not conn.is_closed():
+            pids.append(conn.get_server_pid())
+    return pids
