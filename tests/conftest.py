@@ -25,7 +25,8 @@ DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 @pytest.fixture
 def anyio_backend() -> str:
-    return "asyncio"
+    """asyncio; ``TETHER_TEST_LOOP=trio`` runs the tests that do not choose their loop under trio."""
+    return os.environ.get("TETHER_TEST_LOOP", "asyncio")
 
 
 #: The fixtures that reach the server through ``pg_schema`` (``store_backend`` asks for it when its
