@@ -200,23 +200,32 @@ def _soon(caller: TrioLoop, fn: Callable[..., object], *args: Any) -> None:
         pass
 
 
-class BridgedStatement:
-    """A prepared statement on the store's loop."""
+class _Queries:
+    """The query methods asyncpg's pool, connection and prepared statement share, run on the store's loop."""
 
     __slots__ = ("_bridge", "_raw")
 
-    def __init__(self, raw: asyncpg.prepared_stmt.PreparedStatement, bridge: Bridge) -> None:
+    def __init__(self, raw: Any, bridge: Bridge) -> None:
         self._raw = raw
         self._bridge = bridge
 
-    async def fetch(self, *args: Any) -> Any:
-        return await self._bridge.run(self._raw.fetch, *args)
+    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._bridge.run(self._raw.fetch, *args, **kwargs)
 
-    async def fetchrow(self, *args: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchrow, *args)
+    async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._bridge.run(self._raw.fetchrow, *args, **kwargs)
 
-    async def fetchval(self, *args: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchval, *args)
+    async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._bridge.run(self._raw.fetchval, *args, **kwargs)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._bridge.run(self._raw.execute, *args, **kwargs)
+
+
+class BridgedStatement(_Queries):
+    """A prepared statement on the store's loop."""
+
+    __slots__ = ()
 
 
 class _Transaction:
@@ -241,27 +250,14 @@ class _Transaction:
             await self._bridge.run(self._raw.__aexit__, kind, exc, tb)
 
 
-class BridgedConnection:
+class BridgedConnection(_Queries):
     """An asyncpg connection (or a pool's lent one) seen from another loop: the methods the store calls."""
 
-    __slots__ = ("__weakref__", "_bridge", "_forwards", "_raw")
+    __slots__ = ("__weakref__", "_forwards")
 
     def __init__(self, raw: Any, bridge: Bridge) -> None:
-        self._raw = raw
-        self._bridge = bridge
+        super().__init__(raw, bridge)
         self._forwards: dict[Callable[..., object], Callable[..., None]] = {}
-
-    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetch, *args, **kwargs)
-
-    async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchrow, *args, **kwargs)
-
-    async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchval, *args, **kwargs)
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.execute, *args, **kwargs)
 
     async def executemany(self, *args: Any, **kwargs: Any) -> Any:
         return await self._bridge.run(self._raw.executemany, *args, **kwargs)
@@ -340,26 +336,10 @@ class _Acquire:
                 await self._pool.release(conn)
 
 
-class BridgedPool:
+class BridgedPool(_Queries):
     """An asyncpg pool seen from another loop: the methods the store calls."""
 
-    __slots__ = ("_bridge", "_raw")
-
-    def __init__(self, raw: asyncpg.Pool, bridge: Bridge) -> None:
-        self._raw = raw
-        self._bridge = bridge
-
-    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetch, *args, **kwargs)
-
-    async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchrow, *args, **kwargs)
-
-    async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.fetchval, *args, **kwargs)
-
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._bridge.run(self._raw.execute, *args, **kwargs)
+    __slots__ = ()
 
     def acquire(self, *, timeout: float | None = None) -> _Acquire:
         return _Acquire(self, timeout)

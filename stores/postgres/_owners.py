@@ -128,14 +128,7 @@ class LockOwners:
     async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
         """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
         own); returns the coroutine function that stops listening."""
-        conn = await self._bridge.open(
-            functools.partial(
-                connect_lock_connection,
-                self.dsn,
-                timeout=self._connect_timeout,
-                keepalive_idle=self._keepalive_idle,
-            )
-        )
+        conn = await self._lock_connection()
 
         def notified(*_: object) -> None:
             wake()
@@ -172,6 +165,7 @@ class LockOwners:
         return pid
 
     async def _lock_connection(self) -> asyncpg.Connection:
+        """A new connection with the lock connection's settings (on the store's loop under trio)."""
         if self._state is StoreState.CLOSED:
             raise store_closed(self)
         return await self._bridge.open(
