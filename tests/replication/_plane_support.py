@@ -3,7 +3,8 @@
 :func:`running_plane` serves the reference plane (uvicorn, in a thread with its own event loop) on an
 ephemeral loopback port, its tenants stored in SQLite files or PostgreSQL schemas of the test.
 :class:`Faults` sits in front of it in the same server: it counts ingest POSTs and can refuse a batch
-that holds a poison row (naming nothing, or naming it), answer a chosen status, or stall.
+that holds a poison row (naming nothing, or naming it), answer a chosen status (to every POST, every
+n-th one, or those carrying cache entries), stall, or swallow a POST with an empty 200 as a middlebox.
 """
 
 from __future__ import annotations
