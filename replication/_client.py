@@ -45,7 +45,8 @@ class Outcome(enum.Enum):
 
 class Answer(msgspec.Struct, frozen=True):
     """One answer: its outcome, status (``None`` on a transport error), the plane's words,
-    the rows it rejected or refused by name, and ``Retry-After`` in seconds."""
+    the rows it rejected or refused by name, ``Retry-After`` in seconds, and whether the plane
+    did not answer within the timeout (it may still be working on the batch)."""
 
     outcome: Outcome
     status: int | None
@@ -53,6 +54,7 @@ class Answer(msgspec.Struct, frozen=True):
     rejections: dict[str, str] = {}
     resend: frozenset[str] = frozenset()
     retry_after: float | None = None
+    timed_out: bool = False
 
 
 class PlaneClient:
@@ -87,7 +89,8 @@ class PlaneClient:
         try:
             response = await self._client().post(INGEST_PATH, content=body)
         except httpx.HTTPError as exc:
-            return Answer(Outcome.FAILED, None, f"{type(exc).__name__}: {exc}")
+            timed_out = isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)  # the plane has it
+            return Answer(Outcome.FAILED, None, f"{type(exc).__name__}: {exc}", timed_out=timed_out)
         return classify(response.status_code, response.content, response.headers)
 
     async def read(self, path: str) -> Any | None:

@@ -70,7 +70,9 @@ class Replicator(Actor):
     """Ships the store of the :class:`~actors.ActorSystem` it is given to (``replicator=``) to a plane.
 
     ``url`` is the plane's base URL, ``api_key`` its key (one tenant). Batches hold at most
-    ``batch_size`` rows; ``timeout`` bounds one request; ``flush_timeout`` the final drain.
+    ``batch_size`` rows; ``timeout`` bounds one request; ``flush_timeout`` the final drain. A batch
+    the plane does not answer within ``timeout`` is sent again in halves (the next batches stay
+    smaller until the plane answers in time again), so a slow plane gets batches it can answer.
     """
 
     #: How the system supervises it: a crash (a bug, never a network answer) restarts it, and the
@@ -103,6 +105,7 @@ class Replicator(Actor):
         self._armed = False
         self._waiting = False
         self._failures = 0
+        self._limit = batch_size  # rows per batch now: halved after a timeout, doubled back after an answer
 
     def __repr__(self) -> str:
         return f"Replicator({self.url!r})"
@@ -153,6 +156,7 @@ class Replicator(Actor):
         self._whole = set()
         self._kick_queued = self._armed = self._waiting = False
         self._failures = 0
+        self._limit = self.batch_size
         self._timer = await ctx.start_child(
             _Timer(ctx.self), name="replicator-timer", restart=Restart.PERMANENT
         )
@@ -207,7 +211,8 @@ class Replicator(Actor):
         box = self._outbox()
         try:
             while True:
-                stored = await box.fetch_unsynced_stored(self.batch_size)
+                limit = self._limit
+                stored = await box.fetch_unsynced_stored(limit)
                 cache = await box.fetch_unsynced_cache(self.batch_size)
                 while len(cache) >= self.batch_size:  # more than a batch: full ones go first, alone
                     if not await self._ship_cache(box, cache, done):
@@ -225,7 +230,7 @@ class Replicator(Actor):
                     return done
                 if done.sent + done.quarantined == moved and len(self._whole) == whole:
                     break  # nothing moved (rows sent whole are settled either way the next time)
-                if not until_empty and len(stored) < self.batch_size and len(self._whole) == whole:
+                if not until_empty and len(stored) < limit and len(self._whole) == whole:
                     break
         except (StoreError, OSError) as exc:
             _log.warning("replicator: the store could not be read or marked: %r; retrying later", exc)
@@ -264,6 +269,7 @@ class Replicator(Actor):
         match answer.outcome:
             case Outcome.ACCEPTED:
                 self._failures = 0  # a slow answer is still an answer: no backoff after it
+                self._limit = min(self.batch_size, self._limit * 2)
                 if cache:
                     await self._cache_sent(box, cache, done)
                 await self._settle(box, rows, answer, done)
@@ -288,6 +294,8 @@ class Replicator(Actor):
                 mid = len(rows) // 2
                 return await self._ship(box, rows[:mid], done) and await self._ship(box, rows[mid:], done)
             case _:
+                if answer.timed_out:
+                    self._limit = max(1, len(rows) // 2)
                 _log.warning(
                     "replicator: %s answered %s (%s); %d rows and %d cache entries stay buffered",
                     self.url,

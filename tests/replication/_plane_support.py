@@ -4,7 +4,7 @@
 ephemeral loopback port, its tenants stored in SQLite files or PostgreSQL schemas of the test.
 :class:`Faults` sits in front of it in the same server: it counts ingest POSTs and can refuse a batch
 that holds a poison row (naming nothing, or naming it), answer a chosen status (to every POST, every
-n-th one, or those carrying cache entries), stall, or swallow a POST with an empty 200 as a middlebox.
+n-th one, or those carrying cache entries), stall (by the POST, or by its items), or swallow a POST with an empty 200 as a middlebox.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Faults:
     times: int = -1  # ... this many times (-1: until changed)
     retry_after: str | None = None
     stall: float = 0.0  # seconds to wait before forwarding a POST
+    stall_per_item: float = 0.0  # ... and this many more for each item it carries
     swallow: bool = False  # answer 200 with an empty body and forward nothing (a middlebox)
     refuse_cache: int | None = None  # answer this status to a POST that carries cache entries
     fail_every: int = 0  # answer 503 to every n-th POST (0: never)
@@ -82,8 +83,8 @@ class FaultLayer:
         except (msgspec.DecodeError, AttributeError):
             ids, cached = [], False
         f.ids_seen.append(ids)
-        if f.stall:
-            await asyncio.sleep(f.stall)
+        if f.stall or f.stall_per_item:
+            await asyncio.sleep(f.stall + f.stall_per_item * len(ids))
         if f.fail_every and f.posts % f.fail_every == 0:
             await _answer(send, 503, {"error": "injected 503"}, [(b"content-type", b"application/json")])
             f.statuses.append(503)

@@ -254,3 +254,23 @@ async def test_an_accepted_post_resets_the_backoff(tmp_path: Any, plane: Plane) 
     assert plane.faults.statuses.count(503) >= 7
     assert await plane_rows(plane, "run-p") == rows
     await store.close()
+
+
+async def test_a_plane_slower_than_the_timeout_gets_smaller_batches(tmp_path: Any, plane: Plane) -> None:
+    """A plane that needs 25 ms per item never answers a batch of 64 within a 1 s timeout (nor
+    the same batch sent again): the replicator halves its batches until the plane answers in
+    time, and every row lands."""
+    from stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "local.db")
+    rows = await written(store, 64)
+    plane.faults.stall_per_item = 0.025
+
+    async def settled() -> bool:
+        return all(state is not None and state[0] for state in await synced(store, rows))
+
+    async with ActorSystem(store, replicator=Replicator(plane.url, "key-a", batch_size=64, timeout=1.0)):
+        await eventually(settled, timeout=40)
+    assert min(len(ids) for ids in plane.faults.ids_seen) < 64
+    assert await plane_rows(plane, "run-p") == rows
+    await store.close()
