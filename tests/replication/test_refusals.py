@@ -214,26 +214,6 @@ async def test_a_200_with_an_empty_body_marks_nothing_synced(store_backend: Back
     await store.close()
 
 
-@pytest.mark.parametrize(
-    ("content", "why"),
-    [
-        (b"", "an empty body"),
-        (b"  \n", "an empty body"),
-        (b"<html>ok</html>", "not JSON"),
-        (b"[]", "JSON list"),
-        (b'{"ok": true}', 'no "accepted" count'),
-        (b'{"accepted": true, "rejections": []}', 'no "accepted" count'),
-        (b'{"accepted": 2}', 'no "rejections" list'),
-    ],
-)
-def test_a_2xx_without_the_acknowledgment_is_a_transport_error(content: bytes, why: str) -> None:
-    from replication._client import Outcome, classify
-
-    answer = classify(200, content, {})
-    assert answer.outcome is Outcome.FAILED and why in answer.explanation
-    assert classify(200, b'{"accepted": 2, "rejections": []}', {}).outcome is Outcome.ACCEPTED
-
-
 async def test_an_accepted_post_resets_the_backoff(tmp_path: Any, plane: Plane) -> None:
     """A plane that fails every other POST (slow, timing out now and then) still takes a batch
     about every half second: the backoff counts failures in a row, not failures since the last
