@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import msgspec
@@ -128,15 +128,16 @@ async def outlast(
     execution_id: str,
     grace: float,
     what: str,
-    committed: Callable[[], Awaitable[T | None]] | None = None,
+    committed: Callable[[], Awaitable[bool]] | None = None,
 ) -> T:
     """``await attempt()``, again and again while the store is unusable (``StoreUnavailable``,
     which covers a lost connection and a write whose outcome is unknown), with backoff, for up to
     ``grace`` seconds; then ``OwnershipLost`` (see :func:`outage_abandoned`).
 
     A lost lock (``OwnershipLost``) is never retried. After an outage, a retry refused because its
-    row is taken (``AlreadyResumed``, ``WriteConflict``, ``RunExists``) asks ``committed()``: a value
-    other than ``None`` means the row is the one this write made, whose commit the outage hid.
+    row is taken (``AlreadyResumed``, ``WriteConflict``, ``RunExists``) asks ``committed()``: ``True``
+    means the row is the one this write made, whose commit the outage hid, and the write is done
+    (``committed`` is for writes that return ``None``).
     """
     deadline: float | None = None
     pause = _FIRST_PAUSE
@@ -159,10 +160,9 @@ async def outlast(
         except (AlreadyResumed, RunExists):
             if deadline is None or committed is None:
                 raise
-            found = await outlast(committed, execution_id=execution_id, grace=grace, what=what)
-            if found is None:
+            if not await outlast(committed, execution_id=execution_id, grace=grace, what=what):
                 raise
-            return found
+            return cast("T", None)
 
 
 class StepLog:
@@ -319,22 +319,22 @@ class RunLog:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    async def _outlast(self, attempt: Callable[[], Awaitable[T]], row: Checkpoint, done: T) -> T:
+    async def _outlast(self, attempt: Callable[[], Awaitable[object]], row: Checkpoint) -> None:
         """``attempt`` (a write of ``row``) through a store outage (:func:`outlast`); a retry that
-        finds ``row`` itself committed gives ``done``."""
+        finds ``row`` itself committed is done."""
 
-        async def committed() -> T | None:
+        async def committed() -> bool:
             found = await self.store.get(self.execution_id, row.checkpoint_id)
-            return done if found is not None and found.seq == row.seq else None
+            return found is not None and found.seq == row.seq
 
-        return await outlast(
+        await outlast(
             attempt, execution_id=self.execution_id, grace=self.grace, what=row.node_id, committed=committed
         )
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken), riding out a
         store outage (:func:`outlast`)."""
-        await self._outlast(lambda: self.store.append(row), row, None)
+        await self._outlast(lambda: self.store.append(row), row)
         await self._written(row)
 
     async def _written(self, row: Checkpoint) -> None:
@@ -349,7 +349,7 @@ class RunLog:
     async def claim(self, row: Checkpoint) -> None:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
         for every claimer but one), riding out a store outage."""
-        await self._outlast(lambda: self.store.claim(row), row, None)
+        await self._outlast(lambda: self.store.claim(row), row)
         self.log.step(row)
 
     async def pause(
@@ -377,7 +377,7 @@ class RunLog:
             created_at=pause.created_at,
             expires_at=None if expires_in is None else pause.created_at + timedelta(seconds=expires_in),
         )
-        await self._outlast(lambda: self.store.append_pause(pause, pending), pause, None)
+        await self._outlast(lambda: self.store.append_pause(pause, pending), pause)
         self.log.step(pause)
         return pending
 
@@ -393,6 +393,6 @@ class RunLog:
             if scope.cancelled_caught:
                 raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")
 
-        await self._outlast(attempt, row, None)
+        await self._outlast(attempt, row)
         with anyio.CancelScope(shield=True):
             await self._written(row)

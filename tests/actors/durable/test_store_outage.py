@@ -18,7 +18,7 @@ import pytest
 
 from actors import ActorSystem, Agent, idempotent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RUN_END, SQLiteStore, StoreError
+from stores import RUN_END, Checkpoint, SQLiteStore, StoreError, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +102,38 @@ async def test_the_grace_is_a_number_of_seconds() -> None:
         with pytest.raises(ValueError, match="store_outage_grace"):
             ActorSystem(store_outage_grace=bad)  # type: ignore[arg-type]
     ActorSystem(store_outage_grace=0)
+
+
+class _CommitThenLose(SQLiteStore):
+    """A real SQLite store whose appends of ``node_id`` commit and then report a lost connection
+    (the first ``times`` times): a write whose outcome the writer cannot know."""
+
+    def __init__(self, path: Path, node_id: str, times: int) -> None:
+        super().__init__(path)
+        self.node_id, self.times = node_id, times
+
+    async def append(self, row: Checkpoint) -> None:
+        await super().append(row)
+        if row.node_id == self.node_id and self.times > 0:
+            self.times -= 1
+            raise StoreUnavailable("the connection was lost while the commit was acknowledged")
+
+
+@pytest.mark.parametrize("node_id", ["turn:0", "turn:0/tool:process", "turn:1", "run_end"])
+async def test_a_retry_that_finds_its_own_row_committed_is_done(tmp_path: Path, node_id: str) -> None:
+    charges: list[str] = []
+    entered, go = anyio.Event(), anyio.Event()
+    go.set()
+    runner = _agent(charges, entered, go)
+    async with (
+        _CommitThenLose(tmp_path / "tether.db", node_id, times=1) as store,
+        ActorSystem(store, runners=[runner]) as system,
+    ):
+        with anyio.fail_after(20):
+            result = await (await system.spawn(runner, "o1", execution_id="run-1")).result()
+        assert result.status == "completed" and result.output == "done: charged o1"
+        assert store.times == 0  # the lost acknowledgement was met
+        rows = await system.history("run-1")
+    assert [r.seq for r in rows] == list(range(len(rows)))
+    assert [r.node_id for r in rows] == ["turn:0", "turn:0/tool:process", "turn:1", "run_end"]
+    assert charges == ["o1"]
