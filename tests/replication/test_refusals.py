@@ -254,3 +254,27 @@ async def test_a_plane_slower_than_the_timeout_gets_smaller_batches(tmp_path: An
     assert min(len(ids) for ids in plane.faults.ids_seen) < 64
     assert await plane_rows(plane, "run-p") == rows
     await store.close()
+
+
+async def test_a_refused_batch_with_cache_entries_sends_the_entries_first(
+    store_backend: Backend, plane: Plane
+) -> None:
+    """A batch of rows and cache entries refused for a poison row: the entries go alone first,
+    then the rows are bisected; the entries land and only the poison row is quarantined."""
+    store = store_backend.open()
+    rows = await written(store, 4)
+    await store.cache_put("run-p", "charge", {"charged": 20})
+    plane.faults.poison = {rows[1].checkpoint_id}
+    await replicate_all(store, plane, rows)
+    states = await synced(store, rows)
+    assert states[1] == (True, INGEST)
+    assert [s for i, s in enumerate(states) if i != 1] == [(True, None)] * 3
+    assert await store.fetch_unsynced_cache(10) == []  # type: ignore[attr-defined]
+    seen = plane.faults.ids_seen
+    assert seen[0] == [r.checkpoint_id for r in rows] and seen[1] == []  # together, then the entries alone
+    remote = plane.tenant_store("alpha")
+    try:
+        assert [e.value for e in await remote.cache_entries("run-p")] == [{"charged": 20}]  # type: ignore[attr-defined]
+    finally:
+        await remote.close()
+    await store.close()
