@@ -1,4 +1,4 @@
-"""Rows and cache entries to the plane's wire items and back (DESIGN.md, "Replication").
+"""Rows and cache entries to the plane's wire items and back (docs/replication.md, "What is sent").
 
 An item carries a row's messages once, as they are stored: ``messages`` is ``{"log", "count",
 "new"}``, where ``log`` names the conversation (:func:`stores.conversation_of` of the row's
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 _MESSAGES: Final = "messages"
-#: The resource types of DESIGN.md: from the root segment of a run's ``agent_path``.
+#: The resource types of the wire: from the root segment of a run's ``agent_path``.
 _RESOURCE: Final = {"agent": "agent", "swarm": "swarm", "supervisor": "supervisor"}
 
 
@@ -59,7 +59,7 @@ class Metadata(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Item(msgspec.Struct, forbid_unknown_fields=True):
-    """One row on the wire (field names as DESIGN.md lists them)."""
+    """One row on the wire (field names as docs/replication.md lists them)."""
 
     checkpoint_id: str
     execution_id: str

@@ -1,7 +1,7 @@
 """The reference plane: a passive replica that stores what replicators send and serves it back.
 
 An ASGI app (Starlette; optional extra ``plane``) storing each tenant (one per API key) in its own
-tether store, answering the routes of DESIGN.md's "Replication". :func:`create_app` builds it;
+tether store, answering the routes of docs/replication.md. :func:`create_app` builds it;
 :func:`tenant_store_url` names a tenant's store from one base URL; :func:`serve` runs it with uvicorn
 (``tether plane serve``).
 """

@@ -1,4 +1,4 @@
-"""Acceptance 1: a run's rows reach the plane in seq order, once; a second drain sends nothing;
+"""A run's rows reach the plane in seq order, once; a second drain sends nothing;
 without a replicator nothing is sent. Real HTTP on loopback, both backends for the local store."""
 
 from __future__ import annotations

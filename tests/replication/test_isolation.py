@@ -1,4 +1,4 @@
-"""Acceptance 6 and 4: two systems with two stores and two keys in one process never mix rows at
+"""Two systems with two stores and two keys in one process never mix rows at
 the plane; a slow plane (2 s per POST) does not slow the runs. Real HTTP on loopback."""
 
 from __future__ import annotations

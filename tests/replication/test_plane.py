@@ -1,4 +1,4 @@
-"""Acceptance 7: the reference plane's refusals (each with a JSON body naming the problem), its
+"""The reference plane's refusals (each with a JSON body naming the problem), its
 reads, tenants kept apart, and 10,000 items from 8 concurrent senders stored once each."""
 
 from __future__ import annotations

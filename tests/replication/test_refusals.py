@@ -1,4 +1,4 @@
-"""Acceptance 2 and 3: poison rows are bisected out and quarantined; conditions of the connection
+"""Poison rows are bisected out and quarantined; conditions of the connection
 never quarantine and the timer sends the rows once the plane recovers. Real HTTP on loopback (the
 fault layer of ``_plane_support`` in front of the reference plane); both backends for the store."""
 

@@ -1,4 +1,4 @@
-"""Acceptance 5: restore-anywhere on a fresh store (a paused run after an ``@idempotent`` charge,
+"""Restore-anywhere on a fresh store (a paused run after an ``@idempotent`` charge,
 a failed run, a run whose process was killed), ``TETHER_RESTORE_FROM_PLANE=off``, and never when
 the local store has the run; by hand with ``restore_from_plane``. Real HTTP on loopback, both
 backends for the local stores."""
