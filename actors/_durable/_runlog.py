@@ -327,9 +327,20 @@ class RunLog:
             found = await self.store.get(self.execution_id, row.checkpoint_id)
             return found is not None and found.seq == row.seq
 
-        await outlast(
-            attempt, execution_id=self.execution_id, grace=self.grace, what=row.node_id, committed=committed
-        )
+        try:
+            await outlast(
+                attempt,
+                execution_id=self.execution_id,
+                grace=self.grace,
+                what=row.node_id,
+                committed=committed,
+            )
+        except BaseException:
+            # Not written (refused, cut short, abandoned): the next row (a failure's marker) takes
+            # this seq, so no gap is left. Had it committed after all, that row is refused instead.
+            if self._next_seq == row.seq + 1:
+                self._next_seq = row.seq
+            raise
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken), riding out a

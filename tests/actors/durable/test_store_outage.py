@@ -137,3 +137,27 @@ async def test_a_retry_that_finds_its_own_row_committed_is_done(tmp_path: Path, 
     assert [r.seq for r in rows] == list(range(len(rows)))
     assert [r.node_id for r in rows] == ["turn:0", "turn:0/tool:process", "turn:1", "run_end"]
     assert charges == ["o1"]
+
+
+async def test_a_row_the_store_refused_leaves_no_gap_before_the_failed_marker(tmp_path: Path) -> None:
+    """A step row refused by the store (too large) fails the run: the marker takes the refused
+    row's ``seq``."""
+
+    @tool
+    async def note(text: str) -> str:
+        """Take a note."""
+        return "noted"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        return ModelReply(tool_calls=[ToolCall("note", {"text": "x" * 20_000})])
+
+    runner = Agent("refused", FunctionModel(model), tools=[note])
+    async with (
+        SQLiteStore(tmp_path / "tether.db", max_row_bytes=8_000) as store,
+        ActorSystem(store, runners=[runner]) as system,
+    ):
+        result = await (await system.spawn(runner, "hi", execution_id="run-1")).result(timeout=20)
+        assert result.status == "failed" and "RowTooLarge" in (result.error or "")
+        rows = await system.history("run-1")
+    assert [r.seq for r in rows] == list(range(len(rows)))
+    assert [r.step_type for r in rows] == ["llm_call", RUN_END]
