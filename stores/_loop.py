@@ -128,14 +128,19 @@ class TrioLoop:
         await self._checkpoint()
         later, self._later = self._later, []
         for callback, args in later:
-            try:
-                callback(*args)
-            except Exception:  # as asyncio's loop does with a failing callback: log, go on
-                _LOG.exception("a store callback failed: %r", callback)
+            _logged(callback, *args)
 
     def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any) -> None:
         """Schedule ``callback`` from any thread; a ``RuntimeError`` once the run is over (as asyncio)."""
-        self._run_sync_soon(callback, *args)
+        self._run_sync_soon(_logged, callback, *args)
+
+
+def _logged(callback: Callable[..., object], *args: Any) -> None:
+    """Run a callback; a failure is logged, as asyncio's loop does (trio would end the run)."""
+    try:
+        callback(*args)
+    except Exception:
+        _LOG.exception("a store callback failed: %r", callback)
 
 
 _trio_loop: anyio.lowlevel.RunVar[TrioLoop] = anyio.lowlevel.RunVar("tether_store_loop")
