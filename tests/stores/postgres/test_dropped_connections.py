@@ -25,6 +25,13 @@ from stores import RUN_END, PostgresStore, StoreUnavailable
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """asyncio: the test itself talks to PostgreSQL through asyncpg, an asyncio driver."""
+    return "asyncio"
+
+
 RUNS = 40
 LIMIT = 120.0
 

@@ -31,6 +31,13 @@ from stores import RUN_END, PostgresStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.stress]
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """asyncio: the test itself talks to PostgreSQL through asyncpg, an asyncio driver."""
+    return "asyncio"
+
+
 RUNS = 200
 WORKERS = 3
 TETHER = Path(sys.executable).parent / "tether"
