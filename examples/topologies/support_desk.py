@@ -7,7 +7,8 @@ looks the order up and hands off to ``billing``, whose ``refund`` tool asks for 
 (``supervisor:ops/worker:support/agent:billing/tool:refund``); a ``Resume`` continues it, in this
 process or any other with the same store. Offline: the models are deterministic ``FunctionModel``s.
 
-Run: ``python examples/topologies/support_desk.py`` (a scratch SQLite file; ``--db PATH`` to keep it).
+Run: ``python examples/topologies/support_desk.py`` (a scratch SQLite file; ``--db PATH`` to keep it;
+``--backend trio`` for anyio's trio loop).
 """
 
 from __future__ import annotations

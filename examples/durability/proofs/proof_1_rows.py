@@ -4,7 +4,8 @@ A small refund writes ``turn:0``, ``turn:0/tool:refund`` (with the tool's argume
 completed ``run_end``; a large refund writes ``turn:0``, ``turn:0/tool:refund``, the interrupted
 ``hitl_pause`` row and a pending row, and no ``run_end``. Every row names its writer in ``agent_path``.
 
-Run: ``python proof_1_rows.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_1_rows.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

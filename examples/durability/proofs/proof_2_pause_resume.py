@@ -7,7 +7,8 @@ the pause, although the tool changed its context dict after calling ``interrupt(
 raises ``AlreadyResumed``. Five racing tasks, five racing ActorSystems in one process, and five racing
 processes, each for one pause: one completes, four get ``AlreadyResumed``, one charge.
 
-Run: ``python proof_2_pause_resume.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_2_pause_resume.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Real child processes die by ``os._exit`` and this process recovers them with ``s
 - killed inside a tool before it reached ``interrupt()``: crash recovery re-runs it and it pauses now
   (status paused, a pending row); approving finishes the run with one charge.
 
-Run: ``python proof_3_crash.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_3_crash.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

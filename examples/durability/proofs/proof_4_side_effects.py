@@ -6,7 +6,8 @@ outside a run there is no cache. A result that is not JSON is refused with ``Ide
 the model reads the error. Ten identical calls in one step are ten occurrences: each runs once, and
 a re-run of the step (the resume) runs none of them again, returning each earlier result.
 
-Run: ``python proof_4_side_effects.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_4_side_effects.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

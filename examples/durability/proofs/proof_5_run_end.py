@@ -7,7 +7,8 @@ raises ``CheckpointError``. Cancelling a paused run removes its pending row and 
 Prune with a zero cutoff deletes the completed runs and keeps every paused, failed and crashed run
 resumable: each is then resumed to completion with one charge.
 
-Run: ``python proof_5_run_end.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_5_run_end.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

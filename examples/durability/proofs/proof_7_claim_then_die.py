@@ -10,7 +10,8 @@
   ``system.resume(id)`` gets ``AlreadyResumed`` before it runs anything. Once the owner is killed with
   SIGKILL, the next resume proceeds at once (the lock dies with its process; no lease to wait out).
 
-Run: ``python proof_7_claim_then_die.py [--store sqlite|postgres]``; exit status 0 means every claim held.
+Run: ``python proof_7_claim_then_die.py [--store sqlite|postgres] [--backend asyncio|trio]``; exit status 0
+means every claim held.
 """
 
 from __future__ import annotations

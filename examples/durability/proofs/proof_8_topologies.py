@@ -7,8 +7,8 @@ prints the rows after it and the per-agent counters of model calls and tool runs
 children append to): every model call and tool ran once, but the paused tool, which ran twice (its
 pass that paused, and its pass with the decision); the charge inside it ran once.
 
-Run: ``python proof_8_topologies.py [--db PATH] [--dsn DSN --schema NAME]``; exit status 0 means
-every claim held. Without ``--dsn`` the store is a scratch SQLite file.
+Run: ``python proof_8_topologies.py [--db PATH] [--dsn DSN --schema NAME] [--backend asyncio|trio]``;
+exit status 0 means every claim held. Without ``--dsn`` the store is a scratch SQLite file.
 """
 
 from __future__ import annotations
