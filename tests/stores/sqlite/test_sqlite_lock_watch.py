@@ -35,8 +35,9 @@ def _replace(path: str) -> None:
     os.replace(fresh, path)
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_the_watcher_loses_a_replaced_lock_file_with_no_store_call(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    anyio_backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = SQLiteStore(tmp_path / "t.db")
     try:
