@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import msgspec
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ __all__ = [
     "Occurrences",
     "RunContext",
     "RunInfo",
+    "RunStop",
     "bind",
     "bind_run",
     "check_owner",
@@ -55,6 +58,38 @@ class Occurrences:
             return k
 
 
+T = TypeVar("T")
+
+
+class RunStop(threading.Event):
+    """Set when another process cancelled the run while a step ran. From then on no ``@idempotent``
+    body starts for the run, and a sync tool's thread waited for with :meth:`in_thread` is abandoned
+    (it runs on, and what it returns is ignored). Set on the event loop's thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: anyio.CancelScope | None = None
+
+    def set(self) -> None:
+        super().set()
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def in_thread(self, call: Callable[[], T]) -> tuple[bool, T | None]:
+        """Run ``call`` in a worker thread and wait for it whatever cancels the caller (a stopping
+        system waits for a sync tool to return, so that its step ends with its row), unless this is
+        set meanwhile: then the thread is abandoned. Returns whether it finished, and its result."""
+        with anyio.CancelScope(shield=True) as scope:
+            self._waiting = scope
+            try:
+                if self.is_set():
+                    scope.cancel()
+                return True, await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            finally:
+                self._waiting = None
+        return False, None
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
     """The binding of one step of a run. ``store`` is where ``@idempotent`` caches (``None``: no
@@ -75,8 +110,8 @@ class RunContext:
     #: ``store_outage_grace``) before the step is abandoned.
     outage_grace: float = 60.0
     #: Set when the run was cancelled from another process while the step ran: no ``@idempotent``
-    #: body starts from then on (a sync tool's thread may still be running).
-    stopped: threading.Event | None = None
+    #: body starts from then on, and a sync tool's thread is abandoned.
+    stopped: RunStop | None = None
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -132,7 +167,7 @@ def bind_run(
     shared: dict[str, Any] | None = None,
     step: int | None = None,
     outage_grace: float = 60.0,
-    stopped: threading.Event | None = None,
+    stopped: RunStop | None = None,
 ) -> AbstractContextManager[RunContext]:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
     counting its ``@idempotent`` calls from 0)."""

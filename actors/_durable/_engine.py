@@ -25,7 +25,6 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -51,7 +50,7 @@ from ..models._intake import take_in
 from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
-from ._context import bind_run, check_owner
+from ._context import RunStop, bind_run, check_owner
 from ._errors import MaxTurnsExceeded
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
@@ -274,7 +273,7 @@ class RunEngine(Level):
         tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
-        stopped = threading.Event()
+        stopped = RunStop()
         try:
             with bind_run(
                 self.execution_id,
@@ -392,13 +391,14 @@ def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], 
 
 
 async def _watched(
-    store: Store, row: Checkpoint, stopped: threading.Event, invoke: Callable[[], Awaitable[ToolOutcome]]
+    store: Store, row: Checkpoint, stopped: RunStop, invoke: Callable[[], Awaitable[ToolOutcome]]
 ) -> ToolOutcome:
     """``invoke()`` (a tool call, whose row is ``row``), stopped within about a second when another
     process cancels the run meanwhile: the run's rows are watched while the tool runs (woken by the
     store's notices on PostgreSQL, polling on SQLite; nothing is read for a tool done within the
     first wait). Once the cancel's marker is seen, ``stopped`` is set (no ``@idempotent`` body
-    starts from then on), an async tool is cancelled, and the run stops without writing."""
+    starts from then on), an async tool is cancelled, a sync one's thread abandoned, and the run
+    stops without writing."""
     outcome: ToolOutcome | None = None
     error: BaseException | None = None
     async with anyio.create_task_group() as tg:
@@ -437,6 +437,7 @@ async def _until_cancelled(store: Store, row: Checkpoint) -> None:
             try:
                 newest = await store.latest(row.execution_id)
             except StoreError:  # an outage: the tool's own writes ride it out; look again later
+                await anyio.sleep(_CANCEL_WATCH)
                 continue
             if newest is not None and newest.seq > row.seq and newest.step_type == RUN_END:
                 return

@@ -34,6 +34,7 @@ from stores import normalize_json as normalize
 
 from .._core import LOGGER, tether_logger
 from ._context import current_context
+from ._runlog import StepAbandoned, cancelled_elsewhere
 
 __all__ = ["Tool", "ToolOutcome", "is_tool_error", "tool"]
 
@@ -193,7 +194,13 @@ class Tool:
     async def _run(self, call: Callable[[], Any], *, abandon: bool) -> Any:
         if self.is_async:
             return await call()
-        result = await anyio.to_thread.run_sync(call, abandon_on_cancel=abandon)
+        ctx = current_context()
+        if abandon or ctx is None or ctx.stopped is None:
+            result = await anyio.to_thread.run_sync(call, abandon_on_cancel=abandon)
+        else:  # waited for through a stop, abandoned when the run is cancelled from another process
+            finished, result = await ctx.stopped.in_thread(call)
+            if not finished:
+                raise StepAbandoned(cancelled_elsewhere(ctx.execution_id))
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine after all
             result = await result
         return result

@@ -1,14 +1,16 @@
 """The owner process of the cross-process cancel test.
 
 Usage: ``python _cancel_child.py BACKEND TARGET SCHEMA WORKDIR``. Spawns run ``run-c`` of
-``cancel-charge``: one async tool call that touches ``WORKDIR/entered``, sleeps 5 s, then charges
-through ``@idempotent`` (appending to ``WORKDIR/charges``). Prints one JSON line with the run's
+``cancel-charge``: one tool call that touches ``WORKDIR/entered``, sleeps 5 s, then charges
+through ``@idempotent`` (appending to ``WORKDIR/charges``); the tool is async, or a sync one in a
+worker thread when ``CANCEL_TOOL=sync``. Prints one JSON line with the run's
 outcome (a status, or the error that stopped it) and the seconds since the tool was entered.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,21 +26,36 @@ NAME = "cancel-charge"
 SLEEP = 5.0
 
 
-def agent(workdir: Path) -> Agent:
+def agent(workdir: Path, *, sync: bool = False) -> Agent:
     """One ``process`` tool call that sleeps before it charges, then an answer."""
 
-    @idempotent
-    async def charge(order: str) -> str:
+    def charged(order: str) -> str:
         with (workdir / "charges").open("a") as out:
             out.write(order + "\n")
         return f"charged {order}"
 
-    @tool
-    async def process(order: str) -> str:
-        """Sleep, then charge an order."""
-        (workdir / "entered").write_text(str(time.time()))
-        await anyio.sleep(SLEEP)
-        return await charge(order)
+    if sync:
+        charge_now = idempotent(charged)
+
+        @tool
+        def process(order: str) -> str:
+            """Sleep, then charge an order (in a worker thread)."""
+            (workdir / "entered").write_text(str(time.time()))
+            time.sleep(SLEEP)
+            return charge_now(order)
+
+    else:
+
+        @idempotent
+        async def charge(order: str) -> str:
+            return charged(order)
+
+        @tool
+        async def process(order: str) -> str:
+            """Sleep, then charge an order."""
+            (workdir / "entered").write_text(str(time.time()))
+            await anyio.sleep(SLEEP)
+            return await charge(order)
 
     def model(messages: list[Message]) -> str | ModelReply:
         if messages[-1].role == "tool":
@@ -53,7 +70,7 @@ def open_store(backend: str, target: str, schema: str) -> Store:
 
 
 async def main(backend: str, target: str, schema: str, workdir: str) -> None:
-    runner = agent(Path(workdir))
+    runner = agent(Path(workdir), sync=os.environ.get("CANCEL_TOOL") == "sync")
     async with open_store(backend, target, schema) as store, ActorSystem(store, runners=[runner]) as system:
         ref = await system.spawn(runner, "o1", execution_id="run-c")
         try:

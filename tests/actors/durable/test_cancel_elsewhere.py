@@ -1,9 +1,10 @@
 """A cancel from another process reaches the owner's step in flight, on both stores.
 
-The owner (a real process, ``_cancel_child.py``) runs an async tool that sleeps 5 s before it
-charges through ``@idempotent``. This process cancels the run meanwhile (``system.cancel``): the
-owner hears of the cancel's marker from the store (PostgreSQL's notices, SQLite's row watch),
-cancels the tool within about a second, and no charge happens; the run has one failed marker.
+The owner (a real process, ``_cancel_child.py``) runs a tool that sleeps 5 s before it charges
+through ``@idempotent``. This process cancels the run meanwhile (``system.cancel``): the owner hears
+of the cancel's marker from the store (PostgreSQL's notices, SQLite's row watch), stops the step
+within about a second (an async tool is cancelled, a sync one's thread abandoned and refused its
+charge when it gets there), and no charge happens; the run has one failed marker.
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ ROOT = Path(__file__).resolve().parents[3]
 STOPPED_WITHIN = 1.5
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_a_cancel_from_another_process_stops_the_owners_tool(
-    store_backend: Backend, tmp_path: Path
+    store_backend: Backend, tmp_path: Path, kind: str
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(CHILD.parent)])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(CHILD.parent)]),
+        "CANCEL_TOOL": kind,
+    }
     command = [sys.executable, str(CHILD), *store_backend.child_args(), str(tmp_path)]
     async with await anyio.open_process(command, env=env) as owner:
         with anyio.fail_after(30):
