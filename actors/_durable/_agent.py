@@ -13,6 +13,7 @@ from typing import Any
 from ..models import Message, Model
 from ._errors import ToolNotFound
 from ._tools import Tool
+from ._versions import check_version, fingerprint
 
 __all__ = ["Agent"]
 
@@ -25,9 +26,11 @@ class Agent:
 
     ``tools`` are :class:`~actors._durable._tools.Tool` objects or plain functions (wrapped with ``@tool``).
     ``name`` may not contain ``/`` or ``:`` (they separate the segments of ``agent_path``).
+    ``version`` names this build of the agent: a run records it, and a resume takes the runner of
+    the run's name and version (``docs/versions.md``); ``None`` resumes on any build of the name.
     """
 
-    __slots__ = ("_tools", "instructions", "max_turns", "model", "name")
+    __slots__ = ("_fingerprint", "_tools", "instructions", "max_turns", "model", "name", "version")
 
     def __init__(
         self,
@@ -36,6 +39,7 @@ class Agent:
         tools: Sequence[Tool | Callable[..., Any]] = (),
         instructions: str | None = None,
         max_turns: int = 20,
+        version: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or name != name.strip():
             raise ValueError(f"agent name {name!r} must be a non-empty str without '/', ':' or edge spaces")
@@ -56,6 +60,15 @@ class Agent:
         self.instructions = instructions
         self.max_turns = max_turns
         self._tools = by_name
+        self.version = check_version(f"agent {name!r}", version)
+        self._fingerprint: dict[str, Any] | None = None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint a run of this agent records on its first row (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self)
+        return self._fingerprint
 
     @property
     def tools(self) -> list[Tool]:
@@ -98,4 +111,5 @@ class Agent:
         return [t.schema() for t in self._tools.values()]
 
     def __repr__(self) -> str:
-        return f"Agent({self.name!r}, tools={list(self._tools)!r}, max_turns={self.max_turns})"
+        version = f", version={self.version!r}" if self.version is not None else ""
+        return f"Agent({self.name!r}, tools={list(self._tools)!r}, max_turns={self.max_turns}{version})"

@@ -11,7 +11,9 @@ __all__ = [
     "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "ResumeRequired",
+    "RunnerChanged",
     "RunnerNotFound",
+    "RunnerVersionMismatch",
     "SideEffectInDoubt",
     "ToolNotFound",
 ]
@@ -39,6 +41,55 @@ class RunnerNotFound(TetherError, LookupError):
         self.runner = runner
         self.execution_id = execution_id
         self.registered = tuple(registered)
+
+
+class RunnerVersionMismatch(RunnerNotFound):
+    """The run was recorded under a runner version this process was not given: nothing is written
+    and the run stays as it was, for a process that has that version (see ``docs/versions.md``)."""
+
+    def __init__(
+        self,
+        runner: str,
+        version: str,
+        *,
+        execution_id: str | None = None,
+        available: Sequence[str | None] = (),
+    ) -> None:
+        known = ", ".join("unversioned" if v is None else repr(v) for v in available) or "none"
+        run = f"run {execution_id!r}" if execution_id else "the run"
+        Exception.__init__(
+            self,
+            f"{run} was recorded under version {version!r} of runner {runner!r}, and this ActorSystem "
+            f"has no runner {runner!r} of that version (versions here: {known}); register that "
+            "version too in ActorSystem(runners=[...]) to finish it (docs/versions.md)",
+        )
+        self.runner = runner
+        self.version = version
+        self.execution_id = execution_id
+        self.available = tuple(available)
+        self.registered = (runner,) if available else ()
+
+
+class RunnerChanged(RunnerNotFound):
+    """The run's runner version is registered, but its code changed under the run in a way the step
+    to re-enter cannot survive: that step's tool is gone or its schema changed. Nothing is written;
+    give the changed code a new ``version`` and keep the old one registered until its runs end."""
+
+    def __init__(
+        self, runner: str, version: str, tool: str, change: str, *, execution_id: str | None = None
+    ) -> None:
+        Exception.__init__(
+            self,
+            f"runner {runner!r} version {version!r} changed under run {execution_id!r}: the step it "
+            f"re-enters calls tool {tool!r}, which {change}; register the code the run started with "
+            "under that version, and the changed code under a new version (docs/versions.md)",
+        )
+        self.runner = runner
+        self.version = version
+        self.tool = tool
+        self.change = change
+        self.execution_id = execution_id
+        self.registered = (runner,)
 
 
 class ToolNotFound(TetherError, LookupError):

@@ -33,6 +33,7 @@ from stores import (
     Checkpoint,
     CheckpointError,
     PendingInterrupt,
+    ReEntry,
     RunExists,
     SerializationError,
     Store,
@@ -46,10 +47,11 @@ from stores import (
 from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
-from ._errors import ResumeRequired
+from ._errors import ResumeRequired, RunnerVersionMismatch
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
 from ._result import RunResult
 from ._runlog import SHARED, RunLog
+from ._versions import VERSION, check_step, drift, version_of
 
 __all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
 
@@ -201,6 +203,7 @@ class Level:
         turn; without, it re-enters the base step itself (a model turn re-issued or a tool re-run).
         """
         self.rows.start_at(0)
+        self.rows.version = version_of(base)  # a fork belongs to the code of the run it branches from
         if self.runner.nested:
             return await self._fork_nested(base, appended)
         transcript = Transcript.from_dicts(base.state_snapshot.get("messages", []))
@@ -238,9 +241,10 @@ class Level:
                     f"run {self.execution_id!r} has no pending interrupt to claim: its newest step is "
                     f"{step.node_id!r} ({step.step_type})"
                 )
+            changed = await self._against_code(entry)
             self._check_tool(step)
             claimed = resume.to_dict()
-            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed))
+            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed, changed))
             return await self._reenter_at(step, claimed, after_pause=True)
         decision = entry.resume
         after_pause = decision is not None
@@ -248,13 +252,48 @@ class Level:
             if await self.store.pending(self.execution_id):
                 raise ResumeRequired(self.execution_id, reason=step.interrupt_reason)
             # A cancelled pause has no pending row: the tool runs again and may pause again (rule 7).
+        changed = await self._against_code(entry)
         self._check_tool(step)
-        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision))
+        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision, changed))
         if step.step_type == FORK_ORIGIN:
             if self.runner.nested:
                 return await self._reenter_nested_origin(step)
             return self._reenter_fork(step)
         return await self._reenter_at(step, decision, after_pause=after_pause)
+
+    async def _against_code(self, entry: ReEntry) -> dict[str, Any] | None:
+        """Check the runner against the code the run started with, before anything is written.
+
+        The rows keep the run's version (``RunnerVersionMismatch`` when this runner has another).
+        Against the fingerprint on the run's first row: a versioned run whose step to re-enter
+        calls a tool that is gone or changed its schema is refused (``RunnerChanged``); any other
+        change goes on with a WARNING naming it, and the old and new fingerprints for the
+        ``resume``/``recover`` row (returned; ``None`` when nothing changed)."""
+        version = (
+            version_of(entry.newest) if VERSION in entry.newest.state_snapshot else version_of(entry.step)
+        )
+        self.rows.version = version
+        runner = self.runner
+        if version is not None and runner.version != version:
+            raise RunnerVersionMismatch(
+                runner.name, version, execution_id=self.execution_id, available=[runner.version]
+            )
+        step = entry.step
+        first = step if step.seq == 0 else (await self.store.history(self.execution_id, limit=1) or [step])[0]
+        change = drift(first, runner)
+        if change is None:
+            return None
+        if version is not None:
+            check_step(step, first, change, version=version, runner=runner)
+        _log.warning(
+            "runner changed under the run",
+            execution_id=self.execution_id,
+            runner=runner.name,
+            version=version,
+            changed="; ".join(change.changed),
+            fingerprints=f"{change.old} -> {change.new}",
+        )
+        return change.record()
 
     async def _fork_nested(self, base: Checkpoint, appended: Message | None) -> Next:
         """A topology's fork: the base run's rows up to ``base`` are copied (each level re-enters from
@@ -337,6 +376,7 @@ class Level:
                     error=newest.state_snapshot.get("run_error"),
                 )
             self.rows.start_at(newest.seq + 1)
+            self.rows.version = version_of(newest)
             snapshot = newest.state_snapshot
             self._good = list(snapshot.get("messages", []))
             self._transcript = Transcript.from_dicts(self._good)

@@ -20,6 +20,8 @@ import msgspec
 
 from stores import RESUME, PendingInterrupt, RunHead, RunNotFound, Store
 
+from ._versions import VERSION
+
 __all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
 
 #: How a run stands (see :class:`RunSummary`).
@@ -40,7 +42,8 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     ``system.claim``, and no live process drives it yet: a worker's sweep or ``resume`` with the
     runner finishes it), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
     the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
-    ``error`` are a finished run's.
+    ``error`` are a finished run's; ``version`` the runner version the run was recorded under
+    (``None``: an unversioned run), which a resume must find registered (``docs/versions.md``).
     """
 
     execution_id: str
@@ -53,6 +56,7 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     output: str | None = None
     error: str | None = None
     pending: PendingInterrupt | None = None
+    version: str | None = None
 
 
 def summarise(
@@ -72,6 +76,7 @@ def summarise(
     else:
         status = state
     output = head.snapshot.get("output") if status == "completed" else None
+    version = head.snapshot.get(VERSION)
     error = (
         (head.snapshot.get("run_error") or head.snapshot.get("run_reason")) if status == "failed" else None
     )
@@ -86,6 +91,7 @@ def summarise(
         output=output if isinstance(output, str) else None,
         error=str(error) if error is not None else None,
         pending=pending,
+        version=version if isinstance(version, str) else None,
     )
 
 

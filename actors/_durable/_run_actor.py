@@ -143,6 +143,8 @@ class RunActor(Actor):
             on_first_row=reply.started.set,
             after_row=self._stop_if_released,
             grace=self._grace,
+            version=self.runner.version,
+            fingerprint=self.runner.fingerprint,
         )
 
     @property

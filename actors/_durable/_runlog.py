@@ -45,6 +45,7 @@ from stores import (
 )
 
 from .._core import LOGGER, tether_logger
+from ._versions import FINGERPRINT, FINGERPRINTS, VERSION
 
 if TYPE_CHECKING:
     from ..models._stream import TextSink
@@ -225,12 +226,14 @@ class RunLog:
         "_next_seq",
         "_on_first_row",
         "execution_id",
+        "fingerprint",
         "grace",
         "hops",
         "log",
         "runner",
         "shared",
         "store",
+        "version",
     )
 
     def __init__(
@@ -243,6 +246,8 @@ class RunLog:
         on_first_row: Callable[[], object] | None = None,
         after_row: Callable[[], Awaitable[None]] | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
+        version: str | None = None,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.execution_id = execution_id
@@ -258,6 +263,10 @@ class RunLog:
         self.shared: dict[str, Any] = {}
         #: The next ``handoff:N`` number of each swarm path of the run.
         self.hops: dict[str, int] = {}
+        #: The run's version, which every row carries (``None``: an unversioned run), and the
+        #: fingerprint of its runner, which a new run's first row (``seq`` 0) carries.
+        self.version = version
+        self.fingerprint = fingerprint
 
     # -- seq ----------------------------------------------------------------------------------------
 
@@ -285,12 +294,18 @@ class RunLog:
         parent: str | None = None,
     ) -> Checkpoint:
         """A step row at the next ``seq`` (with a copy of ``shared`` when it is not empty; never on
-        a ``run_end`` marker, which must be writable whatever a tool put there)."""
+        a ``run_end`` marker, which must be writable whatever a tool put there), the run's
+        version, and on a new run's first row its runner's fingerprint."""
         if self.shared and step_type != RUN_END:
             snapshot[SHARED] = decode_json(encode_json(self.shared, path="$.shared"))
+        if self.version is not None:
+            snapshot[VERSION] = self.version
+        seq = self.take_seq()
+        if seq == 0 and self.fingerprint is not None:
+            snapshot[FINGERPRINT] = self.fingerprint
         return Checkpoint(
             execution_id=self.execution_id,
-            seq=self.take_seq(),
+            seq=seq,
             runner=self.runner,
             node_id=node_id,
             step_index=step_index,
@@ -301,11 +316,20 @@ class RunLog:
             parent_checkpoint_id=parent,
         )
 
-    def bookkeeping(self, step_type: str, step: Checkpoint, decision: dict[str, Any] | None) -> Checkpoint:
-        """A ``resume`` or ``recover`` row naming the step it re-enters (and the decision, if any)."""
+    def bookkeeping(
+        self,
+        step_type: str,
+        step: Checkpoint,
+        decision: dict[str, Any] | None,
+        fingerprints: dict[str, Any] | None = None,
+    ) -> Checkpoint:
+        """A ``resume`` or ``recover`` row naming the step it re-enters (and the decision, if any;
+        ``fingerprints``, the old and new ones when the runner changed under the run)."""
         node_input: dict[str, Any] = {REENTRY_SEQ: step.seq}
         if decision is not None:
             node_input[RESUME_KEY] = decision
+        if fingerprints is not None:
+            node_input[FINGERPRINTS] = fingerprints
         return Checkpoint(
             execution_id=self.execution_id,
             seq=self.take_seq(),
@@ -313,6 +337,7 @@ class RunLog:
             node_id=step.node_id,
             step_index=step.step_index,
             step_type=step_type,
+            state_snapshot={VERSION: self.version} if self.version is not None else {},
             node_input=node_input,
             agent_path=step.agent_path,
         )

@@ -32,7 +32,7 @@ from stores import (
 
 from ..models import Message, ModelReply
 from ._agent import Agent
-from ._errors import RunnerNotFound
+from ._errors import RunnerNotFound, RunnerVersionMismatch
 from ._follow import EventHub, EventStream
 from ._messages import (
     Cancel,
@@ -50,6 +50,7 @@ from ._result import RunResult
 from ._run_actor import Opening, RunActor
 from ._runlog import DEFAULT_OUTAGE_GRACE
 from ._shutdown import report_stop
+from ._versions import version_of
 from .topologies import Runner, Supervisor, Swarm
 
 if TYPE_CHECKING:
@@ -129,10 +130,12 @@ class Runs:
     ``runtime`` hosts the run actors (keyed by ``execution_id``); ``store`` returns the store, opening
     it on first use; ``runners`` are the runners this process can resume by name.
 
-    A runner is identified by its name: two objects with one name are two builds of one runner (a
-    web handler may build a fresh ``Agent`` per request). ``spawn`` runs with the object it is given;
-    a resume by name takes the runner given in ``runners``, else the one most recently spawned under
-    that name in this process.
+    A runner is identified by its name and its ``version``: two objects with one name and version
+    are two builds of one runner (a web handler may build a fresh ``Agent`` per request), and two
+    versions of one name are kept side by side (old runs finish on old code, new runs start on new
+    code). ``spawn`` runs with the object it is given; a resume takes the runner of the run's name
+    and version given in ``runners``, else the one most recently spawned with them in this process.
+    A run with no version resumes on any build of its name (an unversioned one first).
     """
 
     def __init__(
@@ -142,9 +145,11 @@ class Runs:
         self._store = store
         self._live: dict[str, RunActor] = {}
         self._hub = EventHub()
-        # Given in ``runners`` (they win a resume by name), and the newest spawned under each name.
-        self._given: dict[str, Runner] = {_checked_runner(runner).name: runner for runner in runners}
-        self._spawned: dict[str, Runner] = {}
+        # Given in ``runners`` (they win a resume), and the newest spawned, by name and version.
+        self._given: dict[tuple[str, str | None], Runner] = {
+            _key(_checked_runner(runner)): runner for runner in runners
+        }
+        self._spawned: dict[tuple[str, str | None], Runner] = {}
         self._watched: set[int] = set()  # the stores whose lock loss this system listens for
         #: How long a run's writes ride out a store outage before it is abandoned (seconds).
         self.outage_grace = DEFAULT_OUTAGE_GRACE
@@ -193,16 +198,22 @@ class Runs:
         _checked_runner(runner)
         run_id = check_execution_id(execution_id) if execution_id is not None else new_id()
         given = _checked_input(input)
-        self._spawned[runner.name] = runner
+        self._spawned[_key(runner)] = runner
         messages: list[Message] = []
         if runner.instructions:
             messages.append(Message("system", runner.instructions))
         messages.extend(given)
         return run_id, messages
 
-    def runner_for(self, name: str, execution_id: str) -> Runner:
-        """The runner that drives ``execution_id`` here (``RunnerNotFound`` if this system has none)."""
-        return self._runner(name, execution_id)
+    def runner_for(self, name: str, execution_id: str, version: str | None = None) -> Runner:
+        """The runner that drives ``execution_id`` (recorded under ``version``) here:
+        ``RunnerNotFound`` if this system has none of that name, ``RunnerVersionMismatch`` if it
+        has none of that version."""
+        return self._runner(name, execution_id, version)
+
+    def has_runner(self, name: str, version: str | None) -> bool:
+        """Whether a run of ``name`` recorded under ``version`` has its runner here (no error built)."""
+        return self._find(name, version) is not None
 
     def is_live(self, execution_id: str) -> bool:
         """Whether an activation of the run is in flight in this process."""
@@ -236,7 +247,7 @@ class Runs:
         if isinstance(run_message, Cancel) and live is None:
             runner = self._runner_or_stand_in(newest)  # a cancel needs no runner
         else:
-            runner = self._runner(newest.runner, execution_id)
+            runner = self._runner(newest.runner, execution_id, version_of(newest))
         if live is not None and live.busy and not isinstance(run_message, Cancel):
             # One live owner: a resume of a run that is running here is refused before it runs anything.
             refused = Reply()
@@ -262,7 +273,7 @@ class Runs:
         """A new run from a checkpoint of ``execution_id`` (default: its newest step)."""
         store = await self._store()
         base = await store.forkable(execution_id, checkpoint_id)
-        runner = self._runner(base.runner, execution_id)
+        runner = self._runner(base.runner, execution_id, version_of(base))
         appended = Message("user", input).to_dict() if input is not None else None
         run_id = new_id()
         reply = await self._deliver(store, runner, run_id, SpawnFork(base, appended))
@@ -333,19 +344,35 @@ class Runs:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _runner(self, name: str, execution_id: str) -> Runner:
-        """The runner a resume of ``execution_id`` uses: the one given by ``name``, else the newest spawned."""
-        runner = self._given.get(name) or self._spawned.get(name)
-        if runner is None:
-            raise RunnerNotFound(
-                name, execution_id=execution_id, registered=sorted(set(self._given) | set(self._spawned))
-            )
-        return runner
+    def _find(self, name: str, version: str | None) -> Runner | None:
+        """The runner of ``name`` and ``version`` (given first, then spawned); for ``version``
+        None, any build of the name, an unversioned one first, else the newest given or spawned."""
+        found = self._given.get((name, version)) or self._spawned.get((name, version))
+        if found is not None or version is not None:
+            return found
+        for known in (self._given, self._spawned):
+            for (named, _), runner in reversed(known.items()):
+                if named == name:
+                    return runner
+        return None
+
+    def _runner(self, name: str, execution_id: str, version: str | None = None) -> Runner:
+        """The runner a resume of ``execution_id`` (recorded under ``version``) uses, or
+        ``RunnerNotFound``/``RunnerVersionMismatch`` naming what this system has."""
+        runner = self._find(name, version)
+        if runner is not None:
+            return runner
+        keys = [*self._given, *self._spawned]
+        versions = list(dict.fromkeys(v for named, v in keys if named == name))
+        if version is not None and versions:
+            raise RunnerVersionMismatch(name, version, execution_id=execution_id, available=versions)
+        raise RunnerNotFound(name, execution_id=execution_id, registered=sorted({named for named, _ in keys}))
 
     def _runner_or_stand_in(self, newest: Checkpoint) -> Runner:
-        """The run's runner for a cancel; without one, a stand-in that only writes the marker as
-        the run's root (the stored name and root path segment): a cancel needs no runner."""
-        found = self._given.get(newest.runner) or self._spawned.get(newest.runner)
+        """The run's runner for a cancel (of any version: the marker keeps the run's own); without
+        one, a stand-in that only writes the marker as the run's root (the stored name and root
+        path segment): a cancel needs no runner."""
+        found = self._find(newest.runner, version_of(newest)) or self._find(newest.runner, None)
         if found is not None:
             return found
         try:
@@ -475,6 +502,11 @@ def _checked_runner(runner: object) -> Runner:
     if not isinstance(runner, Agent | Swarm | Supervisor):
         raise TypeError(f"a runner is an Agent, a Swarm or a Supervisor, not {type(runner).__name__}")
     return runner
+
+
+def _key(runner: Runner) -> tuple[str, str | None]:
+    """How this system files a runner: by its name and its version."""
+    return runner.name, runner.version
 
 
 def _checked_input(input: object) -> list[Message]:

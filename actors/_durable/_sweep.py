@@ -11,7 +11,8 @@ lists without reading the resting runs. Here:
 * :meth:`Fleet.sweep` takes each orphan it has the runner for and drives it from its newest row, as
   ``system.resume(id)`` would, through the run's actor (so a live activation in this process is never
   entered twice). A run whose newest row is a resting row (its owner died after writing it) only has
-  its stale ownership dropped. A run recovered ``max_recoveries`` times without a new step ends with
+  its stale ownership dropped. A run whose runner, by name and version, this process lacks is left
+  alone, nothing written (``docs/versions.md``), for a worker that has it. A run recovered ``max_recoveries`` times without a new step ends with
   a failed marker instead. Racing sweepers are safe: taking a run is one conditional write in the
   store, and the unique ``(execution_id, seq)`` refuses a second writer in any case.
 * :meth:`Fleet.serve` sweeps until cancelled, at most ``concurrency`` runs at once, woken by
@@ -56,6 +57,7 @@ from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
+from ._versions import version_of
 from .topologies import Runner
 
 __all__ = ["DEFAULT_MAX_RECOVERIES", "Fleet"]
@@ -71,6 +73,8 @@ _RELEASE_TIMEOUT = 5.0
 #: The first and the longest pause of ``serve`` between two looks at a store that fails (seconds).
 _FIRST_BACKOFF = 0.1
 _LONGEST_BACKOFF = 2.0
+#: How many runs waiting for a runner this process lacks it remembers (then it starts over).
+_WAIT_BOUND = 10_000
 
 
 def _fleet_store(store: Store) -> Any:
@@ -89,6 +93,9 @@ class Fleet:
         self.max_recoveries = DEFAULT_MAX_RECOVERIES
         #: Runs this process let go in a store outage: its own sweeps take them again.
         self._retake = runs.let_go
+        #: Orphans whose runner (name, version) this process lacks: left alone, and not counted
+        #: against a sweep's room, until a runner of theirs is here.
+        self._wait: dict[str, tuple[str, str | None]] = {}
 
     # -- the queue --------------------------------------------------------------------------------
 
@@ -111,6 +118,8 @@ class Fleet:
                 runner=runner.name,
                 log=StepLog(execution_id=run_id, runner=runner.name),
                 grace=self._runs.outage_grace,
+                version=runner.version,
+                fingerprint=runner.fingerprint,
             )
             transcript = Transcript(messages)
             await rows.append(
@@ -147,7 +156,11 @@ class Fleet:
             raise AlreadyResumed(f"run {execution_id!r} is owned by another live process or actor")
         try:
             rows = RunLog(
-                store, execution_id, runner=entry.newest.runner, log=StepLog(execution_id=execution_id)
+                store,
+                execution_id,
+                runner=entry.newest.runner,
+                log=StepLog(execution_id=execution_id),
+                version=version_of(entry.newest) or version_of(step),
             )
             rows.start_at(entry.newest.seq + 1)
             pending: PendingInterrupt = await store.claim(rows.bookkeeping(RESUME, step, decision))
@@ -174,14 +187,40 @@ class Fleet:
         async with anyio.create_task_group() as tg:
             for execution_id in await self._expire(store, limit):
                 tg.start_soon(take, execution_id)
-            for execution_id in self._with_retakes(await store.orphans(limit), limit):
+            for execution_id in await self._orphans(store, limit):
                 tg.start_soon(take, execution_id)
         return taken
 
-    def _with_retakes(self, orphans: list[str], limit: int) -> list[str]:
-        """``orphans``, then the runs this process let go in an outage, at most ``limit`` in all."""
-        found = list(dict.fromkeys([*orphans, *sorted(self._retake)]))
-        return found[:limit]
+    async def _orphans(self, store: Any, limit: int) -> list[str]:
+        """Up to ``limit`` orphans to take (those waiting for a runner this process lacks are
+        skipped without a read), then the runs this process let go in an outage."""
+        waiting = self._still_waiting()
+        found = [eid for eid in await store.orphans(limit + len(waiting)) if eid not in waiting]
+        return list(dict.fromkeys([*found[:limit], *sorted(self._retake)]))[:limit]
+
+    def _waiting(self, execution_id: str, runner: str, version: str | None) -> None:
+        """The run's runner (``runner`` of ``version``) is not here: leave the run alone (nothing is
+        written), and say so once for a version this process does not have."""
+        if execution_id in self._wait:
+            return
+        if len(self._wait) >= _WAIT_BOUND:
+            self._wait.clear()  # runs finished elsewhere are forgotten; the others are met again
+        self._wait[execution_id] = (runner, version)
+        if version is not None:
+            _log.warning(
+                "run waits for its runner version",
+                execution_id=execution_id,
+                runner=runner,
+                version=version,
+                hint="a worker with that version takes it (docs/versions.md)",
+            )
+
+    def _still_waiting(self) -> set[str]:
+        """The runs of :meth:`_waiting` whose runner this process still lacks."""
+        for execution_id, (runner, version) in list(self._wait.items()):
+            if self._runs.has_runner(runner, version):
+                del self._wait[execution_id]
+        return set(self._wait)
 
     async def _expire(self, store: Any, limit: int) -> list[str]:
         """Claim each expired pause as a refusal (exactly once, like any claim); the runs claimed
@@ -240,8 +279,7 @@ class Fleet:
                             stop = await listen(woken)
                         if room > 0:
                             await self._expire(store, room)
-                            found = await store.orphans(room + len(in_flight))
-                            for execution_id in self._with_retakes(found, room + len(in_flight)):
+                            for execution_id in await self._orphans(store, room + len(in_flight)):
                                 if execution_id not in in_flight and len(in_flight) < concurrency:
                                     in_flight.add(execution_id)
                                     driving.add(execution_id)
@@ -279,7 +317,11 @@ class Fleet:
                     await store.unlock(execution_id)
                 self._retake.discard(execution_id)
                 return False
-            runner = self._runs.runner_for(newest.runner, execution_id)
+            version = version_of(newest)
+            if not self._runs.has_runner(newest.runner, version):
+                self._waiting(execution_id, newest.runner, version)
+                return False
+            runner = self._runs.runner_for(newest.runner, execution_id, version)
             recoveries = await _recoveries(store, execution_id)
             if recoveries >= self.max_recoveries:
                 error = f"gave up after {recoveries} recoveries at {newest.node_id}"

@@ -21,6 +21,7 @@ from .._agent import Agent
 from .._engine import RunEngine, level_of
 from .._level import Delegation, Level, Next, Plan
 from .._runlog import RunLog
+from .._versions import check_version, fingerprint
 
 if TYPE_CHECKING:
     from . import Runner
@@ -31,17 +32,23 @@ _DELEGATE = "delegate_to_"
 
 
 class Supervisor:
-    """A ``manager`` agent and its ``workers`` by role (each an Agent, a Swarm or a Supervisor)."""
+    """A ``manager`` agent and its ``workers`` by role (each an Agent, a Swarm or a Supervisor).
 
-    __slots__ = ("manager", "name", "workers")
+    ``version`` names this build of the supervisor (see :class:`~actors.Agent`).
+    """
+
+    __slots__ = ("_fingerprint", "manager", "name", "version", "workers")
 
     nested = True
     kind = "supervisor"
     name: str
     manager: Agent
     workers: dict[str, Runner]
+    version: str | None
 
-    def __init__(self, name: str, manager: Agent, workers: Mapping[str, Runner]) -> None:
+    def __init__(
+        self, name: str, manager: Agent, workers: Mapping[str, Runner], *, version: str | None = None
+    ) -> None:
         _check_name("supervisor", name)
         if not isinstance(manager, Agent):
             raise TypeError(
@@ -58,6 +65,16 @@ class Supervisor:
         self.name = name
         self.manager = manager
         self.workers = dict(workers)
+        self.version = check_version(f"supervisor {name!r}", version)
+        self._fingerprint: dict[str, Any] | None = None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint a run of this runner records on its first row: its structure and its
+        members' definitions (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self)
+        return self._fingerprint
 
     @property
     def instructions(self) -> str | None:

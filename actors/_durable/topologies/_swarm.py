@@ -24,6 +24,7 @@ from .._errors import HandoffLimitExceeded
 from .._level import Delegation, Level, Next, Plan
 from .._messages import HandedOff, Outcome
 from .._runlog import RunLog
+from .._versions import check_version, fingerprint
 
 if TYPE_CHECKING:
     from . import Runner
@@ -38,10 +39,11 @@ class Swarm:
 
     ``entry`` names the first member (default: the first); ``handoffs`` maps a member to the peers it
     may hand off to (default: every peer; a member the mapping omits hands off to no one); a hop past
-    ``max_handoffs`` in one invocation fails the swarm with ``HandoffLimitExceeded``.
+    ``max_handoffs`` in one invocation fails the swarm with ``HandoffLimitExceeded``. ``version``
+    names this build of the swarm (see :class:`~actors.Agent`).
     """
 
-    __slots__ = ("_members", "entry", "handoffs", "max_handoffs", "name")
+    __slots__ = ("_fingerprint", "_members", "entry", "handoffs", "max_handoffs", "name", "version")
 
     nested = True
     kind = "swarm"
@@ -49,6 +51,7 @@ class Swarm:
     entry: str
     handoffs: dict[str, tuple[str, ...]]
     max_handoffs: int
+    version: str | None
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class Swarm:
         entry: str | None = None,
         handoffs: Mapping[str, Sequence[str]] | None = None,
         max_handoffs: int = 10,
+        version: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or name != name.strip() or "/" in name or ":" in name:
             raise ValueError(f"swarm name {name!r} must be a non-empty str without '/', ':' or edge spaces")
@@ -100,6 +104,16 @@ class Swarm:
         self.entry = first
         self.handoffs = allowed
         self.max_handoffs = max_handoffs
+        self.version = check_version(f"swarm {name!r}", version)
+        self._fingerprint: dict[str, Any] | None = None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint a run of this runner records on its first row: its structure and its
+        members' definitions (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self)
+        return self._fingerprint
 
     @property
     def agents(self) -> list[Runner]:
