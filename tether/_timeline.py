@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 _MESSAGES = "messages"
+#: What a run records about its code (its runner's version and fingerprint), not a step's state.
+_RUN_KEYS = frozenset({"fingerprint", "version"})
 
 
 class TimelineRow(msgspec.Struct, kw_only=True, frozen=True):
@@ -171,7 +173,7 @@ def diff_rows(a: Checkpoint, b: Checkpoint) -> StateDiff:
     while common < min(len(old), len(new)) and old[common] == new[common]:
         common += 1
     keys = []
-    for key in sorted((set(before) | set(after)) - {_MESSAGES}):
+    for key in sorted((set(before) | set(after)) - {_MESSAGES} - _RUN_KEYS):
         if key not in before:
             keys.append(KeyChange(key=key, change="added", after=after[key]))
         elif key not in after:

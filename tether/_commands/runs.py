@@ -1,4 +1,8 @@
-"""``tether runs [--status S] [--runner NAME] [--limit N] [--json]``: how the store's runs stand."""
+"""``tether runs [--status S] [--runner NAME] [--limit N] [--json]``: how the store's runs stand.
+
+The ``VERSION`` column is the runner version each run was recorded under (``-``: unversioned): a
+queued or orphaned run that stays so waits for a worker with that version (``docs/versions.md``).
+"""
 
 from __future__ import annotations
 
@@ -38,9 +42,18 @@ async def _run(args: argparse.Namespace) -> int:
         emit_json(found)
         return 0
     print_table(
-        ["EXECUTION_ID", "STATUS", "RUNNER", "NODE", "ROWS", "UPDATED (UTC)", "DETAIL"],
+        ["EXECUTION_ID", "STATUS", "RUNNER", "NODE", "ROWS", "VERSION", "UPDATED (UTC)", "DETAIL"],
         [
-            [s.execution_id, s.status, s.runner, s.node_id, s.rows, when(s.updated_at), summary_detail(s)]
+            [
+                s.execution_id,
+                s.status,
+                s.runner,
+                s.node_id,
+                s.rows,
+                s.version if s.version is not None else "-",
+                when(s.updated_at),
+                summary_detail(s),
+            ]
             for s in found
         ],
         status_column=1,

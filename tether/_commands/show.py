@@ -90,7 +90,8 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         detail = summary_detail(summary)
         standing = status_text(summary.status)
-        print(f"{summary.execution_id}  {standing}  runner {summary.runner}  {summary.rows} rows")
+        version = f" version {summary.version}" if summary.version is not None else ""
+        print(f"{summary.execution_id}  {standing}  runner {summary.runner}{version}  {summary.rows} rows")
         if detail and summary.status != "approved":
             print(f"  {detail}")
         step = next_step(summary)
