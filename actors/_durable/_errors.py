@@ -1,5 +1,5 @@
-"""Errors of durable runs: a missing runner or tool, a pause that needs a decision, a run out of turns,
-a side effect in doubt.
+"""Errors of durable runs: a missing runner or tool, a runner of another version or changed under
+its run, a pause that needs a decision, a run out of turns, a side effect in doubt.
 
 Each derives from :class:`stores.TetherError` and names the run, runner or tool it is about,
 so a message read in a log says what to fix.
@@ -78,9 +78,10 @@ class RunnerChanged(RunnerNotFound):
     def __init__(
         self, runner: str, version: str, tool: str, change: str, *, execution_id: str | None = None
     ) -> None:
+        run = f"run {execution_id!r}" if execution_id else "the run"
         Exception.__init__(
             self,
-            f"runner {runner!r} version {version!r} changed under run {execution_id!r}: the step it "
+            f"runner {runner!r} version {version!r} changed under {run}: the step it "
             f"re-enters calls tool {tool!r}, which {change}; register the code the run started with "
             "under that version, and the changed code under a new version (docs/versions.md)",
         )

@@ -51,7 +51,7 @@ from ._errors import ResumeRequired, RunnerVersionMismatch
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
 from ._result import RunResult
 from ._runlog import SHARED, RunLog
-from ._versions import VERSION, check_step, drift, version_of
+from ._versions import VERSION, Drift, check_step, drift, version_of
 
 __all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
 
@@ -241,10 +241,10 @@ class Level:
                     f"run {self.execution_id!r} has no pending interrupt to claim: its newest step is "
                     f"{step.node_id!r} ({step.step_type})"
                 )
-            changed = await self._against_code(entry)
+            change = await self._against_code(entry)
             self._check_tool(step)
             claimed = resume.to_dict()
-            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed, changed))
+            await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed, self._changed(change)))
             return await self._reenter_at(step, claimed, after_pause=True)
         decision = entry.resume
         after_pause = decision is not None
@@ -252,23 +252,22 @@ class Level:
             if await self.store.pending(self.execution_id):
                 raise ResumeRequired(self.execution_id, reason=step.interrupt_reason)
             # A cancelled pause has no pending row: the tool runs again and may pause again (rule 7).
-        changed = await self._against_code(entry)
+        change = await self._against_code(entry)
         self._check_tool(step)
-        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision, changed))
+        await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision, self._changed(change)))
         if step.step_type == FORK_ORIGIN:
             if self.runner.nested:
                 return await self._reenter_nested_origin(step)
             return self._reenter_fork(step)
         return await self._reenter_at(step, decision, after_pause=after_pause)
 
-    async def _against_code(self, entry: ReEntry) -> dict[str, Any] | None:
+    async def _against_code(self, entry: ReEntry) -> Drift | None:
         """Check the runner against the code the run started with, before anything is written.
 
         The rows keep the run's version (``RunnerVersionMismatch`` when this runner has another).
         Against the fingerprint on the run's first row: a versioned run whose step to re-enter
         calls a tool that is gone or changed its schema is refused (``RunnerChanged``); any other
-        change goes on with a WARNING naming it, and the old and new fingerprints for the
-        ``resume``/``recover`` row (returned; ``None`` when nothing changed)."""
+        change is returned (``None`` when nothing changed), for :meth:`_changed`."""
         version = (
             version_of(entry.newest) if VERSION in entry.newest.state_snapshot else version_of(entry.step)
         )
@@ -285,11 +284,18 @@ class Level:
             return None
         if version is not None:
             check_step(step, first, change, version=version, runner=runner)
+        return change
+
+    def _changed(self, change: Drift | None) -> dict[str, Any] | None:
+        """A re-entry goes on under changed code: a WARNING naming the change, and what the
+        ``resume``/``recover`` row records of it (the old and new fingerprints)."""
+        if change is None:
+            return None
         _log.warning(
             "runner changed under the run",
             execution_id=self.execution_id,
-            runner=runner.name,
-            version=version,
+            runner=self.runner.name,
+            version=self.rows.version,
             changed="; ".join(change.changed),
             fingerprints=f"{change.old} -> {change.new}",
         )

@@ -134,7 +134,9 @@ class RunActor(Actor):
             raise
 
     def _rows(self, reply: Reply) -> RunLog:
-        """The rows of an activation answered to ``reply`` (whose ``started`` its first row sets)."""
+        """The rows of an activation answered to ``reply`` (whose ``started`` its first row sets):
+        a new run's carry its runner's version and fingerprint; an entry point that reads the run's
+        rows (resume, recover, cancel, fork) sets the version those rows recorded."""
         return RunLog(
             self.store,
             self.execution_id,
