@@ -344,3 +344,27 @@ async def test_a_crash_in_a_changed_tool_refuses_its_recovery(tmp_path: Path) ->
             assert recovered.node_input["fingerprints"]["changed"] == [
                 "instructions of 'agent:refund' changed"
             ]
+
+
+async def test_a_sweep_without_the_version_leaves_the_run_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    v1, v2 = build(tmp_path, "1"), build(tmp_path, "2")
+    async with _sqlite(tmp_path).open() as store:
+        async with ActorSystem(store, runners=[v1]) as system:
+            await system.enqueue(v1, "o5", execution_id="w1")
+        before = _ids(await store.history("w1"))
+        async with ActorSystem(store, runners=[v2]) as system:
+            with caplog.at_level(logging.WARNING, logger="tether"):
+                assert await system.sweep() == 0
+                assert await system.sweep() == 0
+            waits = [
+                r.getMessage() for r in caplog.records if "waits for its runner version" in r.getMessage()
+            ]
+            assert len(waits) == 1, waits  # once, not at every sweep
+            assert "execution_id='w1'" in waits[0] and "version='1'" in waits[0], waits
+            assert _ids(await store.history("w1")) == before
+            assert (await system.status("w1")).status == "queued"
+        async with ActorSystem(store, runners=[v2, v1]) as system:
+            assert await system.sweep() == 1
+            assert (await system.ref("w1").result(timeout=10)).output == "done: 1 refunded o5"
