@@ -46,6 +46,7 @@ from ._messages import (
     Spawn,
     SpawnFork,
 )
+from ._queries import run_status
 from ._result import RunResult
 from ._run_actor import Opening, RunActor
 from ._runlog import DEFAULT_OUTAGE_GRACE
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
     from .._core import ActorRuntime
 
 __all__ = ["RunRef", "Runs"]
+
+#: How a run stands when someone is to drive it: a live owner, or the fleet it was handed to.
+_DRIVEN: Final = frozenset({"running", "queued", "approved"})
 
 #: Bound on the clean-up of runs stopped mid-step by :meth:`Runs.release` (their ownership release).
 _RELEASE_CLEANUP = 10.0
@@ -315,9 +319,11 @@ class Runs:
 
     async def settled(self, execution_id: str, *, timeout: float | None = None) -> RunResult:
         """How the run stands at its next resting row (for a ref of ``ref()``): a message this
-        process delivered to it is waited for first, then a run another live process drives is
-        read again (every 20 ms, growing to 0.5 s) until it rests. A run nobody drives raises
-        ``RunNotFound`` naming where it stopped; ``timeout`` bounds the whole wait."""
+        process delivered to it is waited for first, then a run that someone is to drive (a live
+        process owns it, or it was handed to the fleet: queued, or approved without its runner) is
+        read again (every 20 ms, growing to 0.5 s) until it rests. An orphaned run (its owner died
+        mid-step, nobody drives it) raises ``RunNotFound`` naming where it stopped; ``timeout``
+        bounds the whole wait."""
         delay = _FOLLOW_POLL[0]
         with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
             while True:
@@ -331,7 +337,9 @@ class Runs:
                 result = await _resting(store, newest)
                 if result is not None:
                     return result
-                driven = self.is_live(execution_id) or bool(await store.owned([execution_id]))
+                driven = self.is_live(execution_id) or (
+                    (await run_status(store, execution_id)).status in _DRIVEN
+                )
                 later = self._inflight.get(execution_id)
                 if not driven and (later is None or later.done.is_set()):
                     raise RunNotFound(

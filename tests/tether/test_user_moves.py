@@ -27,9 +27,9 @@ import pytest
 from _cli_support import RUNNER, TETHER, TIMEOUT, console, url_of, write_paused
 from conftest import Backend
 
-from actors import ActorSystem, Agent, Resume, tool
+from actors import ActorSystem, Agent, Resume, RunResult, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RunNotFound, SQLiteStore
+from stores import SQLiteStore
 
 #: The user's app: a module in the folder they run ``tether`` from (a copy of ``topo_app.py``).
 APP = Path(__file__).with_name("topo_app.py")
@@ -212,13 +212,25 @@ async def test_a_ref_taken_after_a_resume_waits_for_the_runs_next_rest(store_bac
             "completed",
             'Done: {"refunded":true,"order":"1042","amount":50000}',
         )
-        # A run approved here but driven by nobody: the ref says so rather than wait forever.
+        # A run approved without its runner is the fleet's: its ref waits for a worker to finish it.
         ref = await system.spawn(agent, "Refund order 1042, amount 50000", execution_id="r-2")
         assert (await ref.result(timeout=30)).status == "paused"
     async with store_backend.open() as store, ActorSystem(store) as approver:
         await approver.claim("r-2", Resume(approved=True))
-        with pytest.raises(RunNotFound, match="no process drives it"):
-            await approver.ref("r-2").result(timeout=30)
+        with pytest.raises(TimeoutError):
+            await approver.ref("r-2").result(timeout=0.5)  # no worker yet: still approved
+        finished: list[RunResult] = []
+
+        async def wait() -> None:
+            finished.append(await approver.ref("r-2").result(timeout=30))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            async with store_backend.open() as other, ActorSystem(other, runners=[agent]) as worker:
+                assert await worker.sweep() == 1
+    assert [(r.status, r.output) for r in finished] == [
+        ("completed", 'Done: {"refunded":true,"order":"1042","amount":50000}')
+    ]
 
 
 @pytest.mark.anyio
