@@ -59,9 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunRef", "Runs"]
 
-#: How a run stands when someone is to drive it: a live owner, or the fleet it was handed to.
-_DRIVEN: Final = frozenset({"running", "queued", "approved"})
-
 #: Bound on the clean-up of runs stopped mid-step by :meth:`Runs.release` (their ownership release).
 _RELEASE_CLEANUP = 10.0
 #: How often a ref waiting for a run another process drives reads its newest row (first, at most).
@@ -337,11 +334,11 @@ class Runs:
                 result = await _resting(store, newest)
                 if result is not None:
                     return result
-                driven = self.is_live(execution_id) or (
-                    (await run_status(store, execution_id)).status in _DRIVEN
+                orphaned = not self.is_live(execution_id) and (
+                    (await run_status(store, execution_id)).status == "orphaned"
                 )
                 later = self._inflight.get(execution_id)
-                if not driven and (later is None or later.done.is_set()):
+                if orphaned and (later is None or later.done.is_set()):
                     raise RunNotFound(
                         f"run {execution_id!r} has not paused or ended and no process drives it: it "
                         f"stopped at {newest.node_id!r} ({newest.step_type}); resume it, or let a "
