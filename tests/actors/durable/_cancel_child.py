@@ -1,7 +1,7 @@
 """The owner process of the cross-process cancel test.
 
 Usage: ``python _cancel_child.py BACKEND TARGET SCHEMA WORKDIR``. Spawns run ``run-c`` of
-``cancel-charge``: one tool call that touches ``WORKDIR/entered``, sleeps 5 s, then charges
+``cancel-charge``: one tool call that touches ``WORKDIR/entered``, sleeps 3 s, then charges
 through ``@idempotent`` (appending to ``WORKDIR/charges``); the tool is async, or a sync one in a
 worker thread when ``CANCEL_TOOL=sync``. Prints one JSON line with the run's
 outcome (a status, or the error that stopped it) and the seconds since the tool was entered.
@@ -23,7 +23,7 @@ from stores import PostgresStore, SQLiteStore, Store
 
 NAME = "cancel-charge"
 #: How long the tool sleeps before its charge.
-SLEEP = 5.0
+SLEEP = 3.0
 
 
 def agent(workdir: Path, *, sync: bool = False) -> Agent:

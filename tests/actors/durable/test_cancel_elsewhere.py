@@ -1,6 +1,6 @@
 """A cancel from another process reaches the owner's step in flight, on both stores.
 
-The owner (a real process, ``_cancel_child.py``) runs a tool that sleeps 5 s before it charges
+The owner (a real process, ``_cancel_child.py``) runs a tool that sleeps 3 s before it charges
 through ``@idempotent``. This process cancels the run meanwhile (``system.cancel``): the owner hears
 of the cancel's marker from the store (PostgreSQL's notices, SQLite's row watch), stops the step
 within about a second (an async tool is cancelled, a sync one's thread abandoned and refused its
