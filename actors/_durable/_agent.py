@@ -13,7 +13,7 @@ from typing import Any
 from ..models import Message, Model
 from ._errors import ToolNotFound
 from ._tools import Tool
-from ._versions import check_version, fingerprint
+from ._versions import cached_fingerprint, check_version
 
 __all__ = ["Agent"]
 
@@ -63,12 +63,8 @@ class Agent:
         self.version = check_version(f"agent {name!r}", version)
         self._fingerprint: dict[str, Any] | None = None
 
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint a run of this agent records on its first row (computed once)."""
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint(self)
-        return self._fingerprint
+    #: The fingerprint a run of this agent records on its first row (computed once).
+    fingerprint = property(cached_fingerprint)
 
     @property
     def tools(self) -> list[Tool]:

@@ -33,6 +33,7 @@ __all__ = [
     "FINGERPRINTS",
     "VERSION",
     "Drift",
+    "cached_fingerprint",
     "check_step",
     "check_version",
     "drift",
@@ -81,6 +82,15 @@ def fingerprint(runner: Runner) -> dict[str, Any]:
     parts: dict[str, str] = {}
     _parts(runner, runner.label, parts, root=True)
     return {"digest": _digest(parts, _DIGEST), "parts": parts}
+
+
+def cached_fingerprint(runner: Any) -> dict[str, Any]:
+    """The fingerprint of ``runner``, computed on first use and kept in its ``_fingerprint`` slot
+    (the ``fingerprint`` property of an Agent, a Swarm and a Supervisor)."""
+    found: dict[str, Any] | None = runner._fingerprint
+    if found is None:
+        found = runner._fingerprint = fingerprint(runner)
+    return found
 
 
 def _parts(runner: Any, path: str, parts: dict[str, str], *, root: bool = False) -> None:

@@ -21,7 +21,7 @@ from .._agent import Agent
 from .._engine import RunEngine, level_of
 from .._level import Delegation, Level, Next, Plan
 from .._runlog import RunLog
-from .._versions import check_version, fingerprint
+from .._versions import cached_fingerprint, check_version
 
 if TYPE_CHECKING:
     from . import Runner
@@ -68,13 +68,9 @@ class Supervisor:
         self.version = check_version(f"supervisor {name!r}", version)
         self._fingerprint: dict[str, Any] | None = None
 
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint a run of this runner records on its first row: its structure and its
-        members' definitions (computed once)."""
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint(self)
-        return self._fingerprint
+    #: The fingerprint a run of this runner records on its first row: its structure and its
+    #: members' definitions (computed once).
+    fingerprint = property(cached_fingerprint)
 
     @property
     def instructions(self) -> str | None:

@@ -24,7 +24,7 @@ from .._errors import HandoffLimitExceeded
 from .._level import Delegation, Level, Next, Plan
 from .._messages import HandedOff, Outcome
 from .._runlog import RunLog
-from .._versions import check_version, fingerprint
+from .._versions import cached_fingerprint, check_version
 
 if TYPE_CHECKING:
     from . import Runner
@@ -107,13 +107,9 @@ class Swarm:
         self.version = check_version(f"swarm {name!r}", version)
         self._fingerprint: dict[str, Any] | None = None
 
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint a run of this runner records on its first row: its structure and its
-        members' definitions (computed once)."""
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint(self)
-        return self._fingerprint
+    #: The fingerprint a run of this runner records on its first row: its structure and its
+    #: members' definitions (computed once).
+    fingerprint = property(cached_fingerprint)
 
     @property
     def agents(self) -> list[Runner]:
