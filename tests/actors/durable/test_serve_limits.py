@@ -104,3 +104,11 @@ async def test_serve_and_enqueue_refusals_name_what_was_wrong(store_backend: Bac
             await system.serve(shutdown_grace=-1)
         with pytest.raises(ValueError, match="concurrency must be an int of at least 1, not 0"):
             await system.serve(concurrency=0)
+        with pytest.raises(ValueError, match="limit must be an int of at least 1, not 0"):
+            await system.sweep(limit=0)
+        await system.enqueue(agent, "one")
+        await system.enqueue(agent, "two")
+        with anyio.fail_after(LIMIT):
+            assert await system.sweep(limit=1) == 1  # the smallest page takes one run
+            assert await system.sweep(limit=1) == 1
+            assert await system.sweep(limit=1) == 0
