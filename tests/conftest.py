@@ -203,3 +203,22 @@ def run_benchmark(name: str, *args: str, timeout: float = 60) -> str:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+async def stop_processes(processes: list[Any]) -> None:
+    """End each process still running: SIGTERM, up to 30 s to exit, then SIGKILL (shielded, so a
+    test cut short still leaves no process behind)."""
+    import signal
+
+    import anyio
+
+    with anyio.CancelScope(shield=True):
+        for process in processes:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            with anyio.move_on_after(30):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from types import ModuleType
 
 import anyio
 import pytest
+from conftest import stop_processes
 
 from actors import ActorSystem
 from stores import RUN_END, SQLiteStore
@@ -105,16 +105,7 @@ async def test_runs_complete_after_a_75_s_write_lock_of_another_process(tmp_path
                     rows[-1].state_snapshot.get("run_error"),
                 )
     finally:
-        with anyio.CancelScope(shield=True):
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.send_signal(signal.SIGTERM)
-            for worker in workers:
-                with anyio.move_on_after(30):
-                    await worker.wait()
-                if worker.returncode is None:
-                    worker.kill()
-                    await worker.wait()
+        await stop_processes(workers)
         for log in logs:
             log.close()
     charges = Counter(line.split()[0] for line in ledger.read_text().splitlines())

@@ -11,7 +11,6 @@ and each charge ran once. Three rounds. It restarts the machine's PostgreSQL: ru
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import asyncpg
 import pytest
 from _outage_runner import NAME, agent
 from anyio.abc import Process
-from conftest import PgSchema
+from conftest import PgSchema, stop_processes
 
 from actors import ActorSystem
 from stores import RUN_END, PostgresStore
@@ -109,16 +108,7 @@ async def test_every_run_completes_once_across_a_postgres_restart(
         for worker in workers:
             assert worker.returncode is None, f"a worker exited with status {worker.returncode}"
     finally:
-        with anyio.CancelScope(shield=True):
-            for worker in workers:
-                if worker.returncode is None:
-                    worker.send_signal(signal.SIGTERM)
-            for worker in workers:
-                with anyio.move_on_after(30):
-                    await worker.wait()
-                if worker.returncode is None:
-                    worker.kill()
-                    await worker.wait()
+        await stop_processes(workers)
         for log in logs:
             log.close()
     logged = "\n".join((tmp_path / f"worker-{n}.err").read_text() for n in range(WORKERS))
