@@ -143,7 +143,10 @@ class Ownership:
             ", ".join(runs[:20]) + (" ..." if len(runs) > 20 else ""),
         )
         for listener in list(self._listeners):
-            listener(runs)
+            try:
+                listener(runs)
+            except Exception:  # one listener's failure leaves the others told
+                LOGGER.exception("a listener of a lost liveness lock failed: %r", listener)
         return runs
 
     def is_lost(self, owner: str) -> bool:

@@ -13,6 +13,7 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -173,7 +174,7 @@ class RunActor(Actor):
         if scope is None:
             return
         if after_bodies(self.store, self.execution_id, scope.cancel):
-            scope.deadline = min(scope.deadline, anyio.current_time() + _BODY_BOUND)
+            scope.deadline = min(scope.deadline, _loop_time() + _BODY_BOUND)
         else:
             scope.cancel()
 
@@ -401,3 +402,14 @@ class RunActor(Actor):
             _log.warning("run release did not reach the store", execution_id=eid, error=repr(error))
         finally:
             self._active = False
+
+
+def _loop_time() -> float:
+    """``anyio.current_time()``, also in a plain event-loop callback (a store's notice of a lost
+    lock arrives in one), where anyio cannot tell which backend runs it."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        import trio  # no asyncio loop runs here, so anyio runs on trio
+
+        return trio.current_time()
