@@ -185,9 +185,10 @@ class Fleet:
                 taken += 1
 
         async with anyio.create_task_group() as tg:
-            for execution_id in await self._expire(store, limit):
-                tg.start_soon(take, execution_id)
-            for execution_id in await self._orphans(store, limit):
+            expired = await self._expire(store, limit)
+            orphans = await self._orphans(store, limit - len(expired)) if len(expired) < limit else []
+            # A pause claimed here is then an orphan too: each run is taken once.
+            for execution_id in dict.fromkeys([*expired, *orphans]):
                 tg.start_soon(take, execution_id)
         return taken
 

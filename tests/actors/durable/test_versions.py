@@ -363,6 +363,8 @@ async def test_a_sweep_without_the_version_leaves_the_run_and_says_why(
             ]
             assert len(waits) == 1, waits  # once, not at every sweep
             assert "execution_id='w1'" in waits[0] and "version='1'" in waits[0], waits
+            assert f"runner={v1.name!r}" in waits[0], waits
+            assert "hint='a worker with that version takes it (docs/versions.md)'" in waits[0], waits
             assert _ids(await store.history("w1")) == before
             assert (await system.status("w1")).status == "queued"
         async with ActorSystem(store, runners=[v2, v1]) as system:

@@ -1,0 +1,183 @@
+"""The fleet's edges: claim refusals by their words, a claim keeps the runner version, the queue's and
+a claim's release of the run when cancelled or when the store hangs, a sweep's limit across expired
+pauses and orphans, and an enqueue that rides out a short outage within the grace only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import Backend
+
+from actors import ActorSystem, Agent, Resume, interrupt, tool
+from actors._durable import _sweep
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import (
+    RESUME,
+    AlreadyResumed,
+    Checkpoint,
+    PendingInterrupt,
+    SQLiteStore,
+    StoreError,
+    StoreUnavailable,
+)
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 30.0
+
+
+def _agent(*, version: str | None = None, expires_in: float | None = None) -> Agent:
+    @tool
+    async def refund(order: str) -> str:
+        """Refund an order once a person approves."""
+        decision = interrupt("approve the refund?", {"order": order}, expires_in=expires_in)
+        return f"{'refunded' if decision.approved else 'refused'} {order}"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("refund", {"order": str(messages[-1].content)})])
+
+    return Agent("edges", FunctionModel(model), tools=[refund], version=version)
+
+
+async def _paused(system: ActorSystem, agent: Agent, execution_id: str) -> None:
+    result = await (await system.spawn(agent, "o1", execution_id=execution_id)).result(timeout=LIMIT)
+    assert result.status == "paused", result
+
+
+async def test_claims_refused_say_why(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await _paused(system, agent, "p1")
+        other = store_backend.open()
+        async with other:
+            assert await other.try_lock("p1")  # another process is resuming it right now
+            with pytest.raises(AlreadyResumed, match="'p1' is owned by another live process or actor"):
+                await system.claim("p1", Resume(approved=True))
+            await other.unlock("p1")
+        await system.claim("p1", Resume(approved=True))
+        with pytest.raises(AlreadyResumed, match="'p1' has no pending interrupt to claim"):
+            await system.claim("p1", Resume(approved=False))  # approved, not yet driven
+        assert (await system.status("p1")).status == "approved"
+
+
+async def test_a_claimed_run_waits_for_a_worker_of_its_version(store_backend: Backend) -> None:
+    v1, v2 = _agent(version="1"), _agent(version="2")
+    async with store_backend.open() as store:
+        async with ActorSystem(store, runners=[v2]) as system:
+            await _paused(system, v2, "v1")
+            await system.claim("v1", Resume(approved=True))
+        async with ActorSystem(store, runners=[v1]) as system:
+            assert await system.sweep() == 0  # the claim's row keeps the run's version
+            assert (await system.status("v1")).status == "approved"
+        async with ActorSystem(store, runners=[v2]) as system:
+            assert await system.sweep() == 1
+            done = await system.ref("v1").result(timeout=LIMIT)
+            assert done.output == "done: refunded o1"
+            assert [row.step_type for row in await system.history("v1")].count(RESUME) == 1
+
+
+class HeldStore(SQLiteStore):
+    """A SQLite store whose ``claim`` waits for ``release``, and whose ``unlock`` can hang."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold_claim = False
+        self.hang_unlock = False
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def claim(self, row: object) -> PendingInterrupt:
+        if self.hold_claim:
+            self.entered.set()
+            await self.release.wait()
+        return await super().claim(row)  # type: ignore[arg-type]
+
+    async def unlock(self, execution_id: str) -> None:
+        if self.hang_unlock:
+            await anyio.sleep_forever()
+        await super().unlock(execution_id)
+
+
+async def test_a_cancelled_claim_still_releases_the_run(tmp_path: Path) -> None:
+    agent = _agent()
+    async with HeldStore(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await _paused(system, agent, "c1")
+        store.hold_claim = True
+        with anyio.move_on_after(LIMIT) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(system.claim, "c1", Resume(approved=True))
+                await store.entered.wait()
+                tg.cancel_scope.cancel()  # the claimer goes away mid-claim
+        assert not scope.cancelled_caught
+        other = SQLiteStore(tmp_path / "t.db")
+        async with other:
+            assert await other.try_lock("c1")  # released, shielded from the cancel
+            await other.unlock("c1")
+
+
+async def test_a_hung_release_is_given_up_after_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", 0.2)
+    agent = _agent()
+    async with HeldStore(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await _paused(system, agent, "h1")
+        store.hang_unlock = True
+        with anyio.fail_after(5):
+            pending = await system.claim("h1", Resume(approved=True))
+            assert pending.execution_id == "h1"
+            await system.enqueue(agent, "o2", execution_id="h2")
+        store.hang_unlock = False
+
+
+async def test_a_sweep_takes_at_most_its_limit_expired_pauses_first(store_backend: Backend) -> None:
+    waiting, expiring = _agent(), _agent(expires_in=0.2)
+    async with store_backend.open() as store, ActorSystem(store, runners=[expiring]) as system:
+        await system.enqueue(waiting, "o1", execution_id="q1")
+        await _paused(system, expiring, "x1")
+        await anyio.sleep(0.3)
+        assert await system.sweep(limit=1) == 1  # the expired pause; the queued run waits
+        assert (await system.ref("x1").result(timeout=LIMIT)).output == "done: refused o1"
+        assert (await system.status("q1")).status == "queued"
+        assert await system.sweep(limit=1) == 1
+        assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
+
+
+class DownStore(SQLiteStore):
+    """A SQLite store whose appends fail as an unusable store does while ``down``."""
+
+    down = False
+
+    async def append(self, row: Checkpoint) -> None:
+        if self.down:
+            raise StoreUnavailable("the store is down")
+        await super().append(row)
+
+
+async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(tmp_path: Path) -> None:
+    agent = _agent()
+    for grace, queued in ((5.0, True), (0.3, False)):
+        async with (
+            DownStore(tmp_path / f"{grace}.db") as store,
+            ActorSystem(store, runners=[agent], store_outage_grace=grace) as system,
+        ):
+            store.down = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_up_after, store, 1.0)
+                if queued:
+                    await system.enqueue(agent, "o1", execution_id="e1")
+                else:
+                    with pytest.raises(StoreError, match="'e1'"):
+                        await system.enqueue(agent, "o1", execution_id="e1")
+            runs = await system.runs()
+            assert [(run.execution_id, run.status) for run in runs] == ([("e1", "queued")] if queued else [])
+
+
+async def _up_after(store: DownStore, seconds: float) -> None:
+    await anyio.sleep(seconds)
+    store.down = False

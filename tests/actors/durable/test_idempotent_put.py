@@ -1,0 +1,103 @@
+"""The put of an ``@idempotent`` result: shielded from a cancel, and bounded when the store hangs.
+
+Once a body has run, its result is stored even if the run is cancelled meanwhile, so a resume finds
+it instead of running the side effect again. A put the store never answers is given up after the
+outage grace plus a slack: the step is abandoned (no row written), with an error that names the run,
+the grace and how long the put took.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from actors import ActorSystem, Agent, idempotent, tool
+from actors._durable import _idempotent
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import RUN_END, OwnershipLost, SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 20.0
+
+
+class HeldPut(SQLiteStore):
+    """A SQLite store whose ``cache_put`` waits for ``release`` (or forever with ``hang``)."""
+
+    def __init__(self, path: Path, *, hang: bool = False) -> None:
+        super().__init__(path)
+        self.hang = hang
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        self.entered.set()
+        if self.hang:
+            await anyio.sleep_forever()
+        await self.release.wait()
+        return await super().cache_put(execution_id, key, value)
+
+
+def _agent(charged: list[str]) -> Agent:
+    @idempotent
+    async def charge(order: str) -> str:
+        charged.append(order)
+        return f"charged {order}"
+
+    @tool
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        return await charge(order)
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("refund", {"order": str(messages[-1].content)})])
+
+    return Agent("refunds", FunctionModel(model), tools=[refund])
+
+
+async def test_a_result_is_stored_when_the_run_is_cancelled_during_its_put(tmp_path: Path) -> None:
+    charged: list[str] = []
+    agent = _agent(charged)
+    async with HeldPut(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with anyio.fail_after(LIMIT):
+            await store.entered.wait()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(system.cancel, "run-1", "stop it")
+            await anyio.sleep(0.2)  # the cancel reached the run while its put waits
+            store.release.set()
+        result = await ref.result(timeout=LIMIT)
+        assert result.status == "failed" and "stop it" in (result.error or "")
+        assert [entry.value for entry in await store.cache_entries("run-1")] == ["charged o1"]
+        # A resume of the cancelled run finds the stored result: the body does not run again.
+        resumed = await system.resume("run-1", timeout=LIMIT)
+        assert resumed.status == "completed" and resumed.output == "done: charged o1"
+    assert charged == ["o1"]
+
+
+async def test_a_put_the_store_never_answers_abandons_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_idempotent, "_PUT_SLACK", 0.3)
+    charged: list[str] = []
+    agent = _agent(charged)
+    async with (
+        HeldPut(tmp_path / "t.db", hang=True) as store,
+        ActorSystem(store, runners=[agent], store_outage_grace=0.2) as system,
+    ):
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with anyio.fail_after(LIMIT):
+            with pytest.raises(OwnershipLost) as caught:
+                await ref.result(timeout=LIMIT)
+        text = str(caught.value)
+        assert "run 'run-1' was abandoned: its store stayed unusable for 0.2 s" in text, text
+        assert "(TimeoutError: the put took over 0.5 s)" in text, text
+        rows = await system.history("run-1")
+        assert RUN_END not in [row.step_type for row in rows]  # abandoned: nothing written after
+        assert rows[-1].step_type == "tool_call"
+    assert charged == ["o1"]
