@@ -5,6 +5,7 @@ pauses and orphans, and an enqueue that rides out a short outage within the grac
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -65,15 +66,20 @@ async def test_claims_refused_say_why(store_backend: Backend) -> None:
         assert (await system.status("p1")).status == "approved"
 
 
-async def test_a_claimed_run_waits_for_a_worker_of_its_version(store_backend: Backend) -> None:
+async def test_a_claimed_run_waits_for_a_worker_of_its_version(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
     v1, v2 = _agent(version="1"), _agent(version="2")
     async with store_backend.open() as store:
         async with ActorSystem(store, runners=[v2]) as system:
             await _paused(system, v2, "v1")
             await system.claim("v1", Resume(approved=True))
         async with ActorSystem(store, runners=[v1]) as system:
-            assert await system.sweep() == 0  # the claim's row keeps the run's version
+            with caplog.at_level(logging.WARNING, logger="tether"):
+                assert await system.sweep() == 0  # the claim's row keeps the run's version
             assert (await system.status("v1")).status == "approved"
+            said = [r.getMessage() for r in caplog.records if r.name == "tether"]
+            assert any("run waits for its runner version" in m and "version='2'" in m for m in said), said
         async with ActorSystem(store, runners=[v2]) as system:
             assert await system.sweep() == 1
             done = await system.ref("v1").result(timeout=LIMIT)
@@ -82,20 +88,9 @@ async def test_a_claimed_run_waits_for_a_worker_of_its_version(store_backend: Ba
 
 
 class HeldStore(SQLiteStore):
-    """A SQLite store whose ``claim`` waits for ``release``, and whose ``unlock`` can hang."""
+    """A SQLite store whose ``unlock`` hangs while ``hang_unlock``."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.hold_claim = False
-        self.hang_unlock = False
-        self.entered = anyio.Event()
-        self.release = anyio.Event()
-
-    async def claim(self, row: object) -> PendingInterrupt:
-        if self.hold_claim:
-            self.entered.set()
-            await self.release.wait()
-        return await super().claim(row)  # type: ignore[arg-type]
+    hang_unlock = False
 
     async def unlock(self, execution_id: str) -> None:
         if self.hang_unlock:
@@ -103,21 +98,29 @@ class HeldStore(SQLiteStore):
         await super().unlock(execution_id)
 
 
-async def test_a_cancelled_claim_still_releases_the_run(tmp_path: Path) -> None:
+async def test_a_cancelled_claim_still_releases_the_run(store_backend: Backend) -> None:
     agent = _agent()
-    async with HeldStore(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _paused(system, agent, "c1")
-        store.hold_claim = True
+        entered, release = anyio.Event(), anyio.Event()
+        claim = store.claim
+
+        async def held_claim(row: Checkpoint) -> PendingInterrupt:
+            entered.set()
+            await release.wait()
+            return await claim(row)
+
+        store.claim = held_claim  # type: ignore[method-assign]
         with anyio.move_on_after(LIMIT) as scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(system.claim, "c1", Resume(approved=True))
-                await store.entered.wait()
+                await entered.wait()
                 tg.cancel_scope.cancel()  # the claimer goes away mid-claim
         assert not scope.cancelled_caught
-        other = SQLiteStore(tmp_path / "t.db")
-        async with other:
+        async with store_backend.open() as other:
             assert await other.try_lock("c1")  # released, shielded from the cancel
             await other.unlock("c1")
+        assert (await system.status("c1")).status == "paused"
 
 
 async def test_a_hung_release_is_given_up_after_its_bound(
