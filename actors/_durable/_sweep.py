@@ -171,7 +171,7 @@ class Fleet:
 
     # -- the sweep --------------------------------------------------------------------------------
 
-    async def sweep(self, *, limit: int = 100) -> int:
+    async def sweep(self, *, limit: int) -> int:
         """Take every run that needs an owner (at most ``limit``) and drive each until it pauses,
         completes or fails; returns how many were taken."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -236,7 +236,7 @@ class Fleet:
             claimed.append(execution_id)
         return claimed
 
-    async def serve(self, *, concurrency: int = 16, poll: float = 1.0, shutdown_grace: float = 10.0) -> None:
+    async def serve(self, *, concurrency: int, poll: float, shutdown_grace: float) -> None:
         """Sweep until cancelled, at most ``concurrency`` runs at once; new work wakes it at once on
         PostgreSQL (``LISTEN``/``NOTIFY``), and it looks every ``poll`` seconds in any case. Cancelling
         it stops taking work and gives the runs it took ``shutdown_grace`` seconds to reach their next

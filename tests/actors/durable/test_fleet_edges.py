@@ -5,6 +5,7 @@ pauses and orphans, and an enqueue that rides out a short outage within the grac
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -123,6 +124,30 @@ async def test_a_cancelled_claim_still_releases_the_run(store_backend: Backend) 
         assert (await system.status("c1")).status == "paused"
 
 
+async def test_a_cancelled_enqueue_still_releases_the_run(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.setup()
+        entered, release = anyio.Event(), anyio.Event()
+        append = store.append
+
+        async def held_append(row: Checkpoint) -> None:
+            entered.set()
+            await release.wait()
+            await append(row)
+
+        store.append = held_append  # type: ignore[method-assign]
+        with anyio.move_on_after(LIMIT) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(system.enqueue, agent, "o1", execution_id="q1"))
+                await entered.wait()
+                tg.cancel_scope.cancel()  # the caller goes away mid-enqueue
+        assert not scope.cancelled_caught
+        async with store_backend.open() as other:
+            assert await other.try_lock("q1")  # released, shielded from the cancel
+            await other.unlock("q1")
+
+
 async def test_a_hung_release_is_given_up_after_its_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,7 +187,10 @@ class DownStore(SQLiteStore):
         await super().append(row)
 
 
-async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(tmp_path: Path) -> None:
+async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
     agent = _agent()
     for grace, queued in ((5.0, True), (0.3, False)):
         async with (
@@ -171,7 +199,7 @@ async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(tmp_path: Pa
         ):
             store.down = True
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_up_after, store, 1.0)
+                tg.start_soon(_up_after, store, 0.6)
                 if queued:
                     await system.enqueue(agent, "o1", execution_id="e1")
                 else:
@@ -179,6 +207,8 @@ async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(tmp_path: Pa
                         await system.enqueue(agent, "o1", execution_id="e1")
             runs = await system.runs()
             assert [(run.execution_id, run.status) for run in runs] == ([("e1", "queued")] if queued else [])
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("event='step started'")]
+    assert len(started) == 1 and "execution_id='e1'" in started[0] and "runner='edges'" in started[0], started
 
 
 async def _up_after(store: DownStore, seconds: float) -> None:
