@@ -251,7 +251,7 @@ class Fleet:
         store = _fleet_store(await self._store())
         in_flight: set[str] = set()
         driving: set[str] = set()  # the runs taken by this serve and still driven
-        wake = anyio.Event()
+        wake: anyio.Event  # a fresh one before each look
         backoff = _FIRST_BACKOFF
         failing = False
 
