@@ -81,3 +81,4 @@ async def test_serve_of_a_store_that_never_failed_says_nothing_of_it(
             tg.cancel_scope.cancel()
     assert _said(caplog, "store usable again") == []
     assert _said(caplog, "store unusable") == []
+    assert _said(caplog, "runs handed to the fleet") == []  # its run had finished: nothing to hand on
