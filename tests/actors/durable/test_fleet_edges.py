@@ -21,6 +21,7 @@ from stores import (
     AlreadyResumed,
     Checkpoint,
     PendingInterrupt,
+    RunExists,
     SQLiteStore,
     StoreError,
     StoreUnavailable,
@@ -61,6 +62,9 @@ async def test_claims_refused_say_why(store_backend: Backend) -> None:
             with pytest.raises(AlreadyResumed, match="'p1' is owned by another live process or actor"):
                 await system.claim("p1", Resume(approved=True))
             await other.unlock("p1")
+            with pytest.raises(RunExists, match="run 'q9' is owned by a live process"):
+                assert await other.try_lock("q9")
+                await system.enqueue(agent, "o9", execution_id="q9")
         await system.claim("p1", Resume(approved=True))
         with pytest.raises(AlreadyResumed, match="'p1' has no pending interrupt to claim"):
             await system.claim("p1", Resume(approved=False))  # approved, not yet driven

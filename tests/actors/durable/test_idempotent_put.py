@@ -8,6 +8,7 @@ the grace and how long the put took.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,38 @@ import pytest
 from actors import ActorSystem, Agent, idempotent, tool
 from actors._durable import _idempotent
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RUN_END, OwnershipLost, SQLiteStore
+from stores import RUN_END, OwnershipLost, SQLiteStore, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
 LIMIT = 20.0
+
+
+class FlakyPut(SQLiteStore):
+    """A SQLite store whose first ``cache_put`` finds the store unusable."""
+
+    failed = False
+
+    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailable("the store is down")
+        return await super().cache_put(execution_id, key, value)
+
+
+async def test_a_put_that_meets_an_outage_is_retried_and_says_which_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    charged: list[str] = []
+    agent = _agent(charged)
+    async with FlakyPut(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        done = await (await system.spawn(agent, "o1", execution_id="run-1")).result(timeout=LIMIT)
+        assert done.output == "done: charged o1"
+    assert charged == ["o1"]
+    said = [r.getMessage() for r in caplog.records if "store unusable: retrying" in r.getMessage()]
+    assert len(said) == 1 and "execution_id='run-1'" in said[0], said
+    assert "write='@idempotent test_idempotent_put._agent.<locals>.charge put'" in said[0], said
 
 
 class HeldPut(SQLiteStore):
