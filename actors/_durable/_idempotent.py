@@ -340,39 +340,35 @@ def _make_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> _Call:
+    """The call's key, and the keys earlier versions wrote its entry under (``loaded_as``: a
+    script's function, whose entries of earlier versions name the module ``__main__``)."""
     eid = ctx.execution_id
+    older: tuple[str, ...]
     if key_fn is not None:
         user_key = key_fn(*args, **kwargs)
         if not isinstance(user_key, str):
             raise TypeError(f"@idempotent key= for {name!r} must return a str, not {type(user_key).__name__}")
-        older: tuple[str, ...] = () if loaded_as is None else (f"{loaded_as}:{user_key}",)
-        return _Call(
-            store, eid, name, f"{name}:{user_key}", older, at_most_once=at_most_once, grace=ctx.outage_grace
+        key = f"{name}:{user_key}"
+        older = () if loaded_as is None else (f"{loaded_as}:{user_key}",)
+    else:
+        arguments = _json_arguments(name, signature, args, kwargs)
+        legacy = _legacy_key(name, arguments)
+        step = ctx.step if ctx.step is not None else ctx.node_id
+        k = ctx.occurrences.next(legacy)
+        key = _occurrence_key(eid, step, name, arguments, k)
+        older = (
+            (legacy,)
+            if loaded_as is None
+            else (_occurrence_key(eid, step, loaded_as, arguments, k), _legacy_key(loaded_as, arguments))
         )
-    arguments = _json_arguments(name, signature, args, kwargs)
-    legacy = hashlib.sha256(canonical_json([name, arguments])).hexdigest()
-    step = ctx.step if ctx.step is not None else ctx.node_id
-    k = ctx.occurrences.next(legacy)
-    key = _occurrence_key(eid, step, name, arguments, k)
-    if loaded_as is None:
-        return _Call(
-            store,
-            eid,
-            name,
-            key,
-            (legacy,),
-            at_most_once=at_most_once,
-            grace=ctx.outage_grace,
-            stopped=ctx.stopped,
-        )
-    # A script's function: its entries of earlier versions name the module "__main__".
-    older = (
-        _occurrence_key(eid, step, loaded_as, arguments, k),
-        hashlib.sha256(canonical_json([loaded_as, arguments])).hexdigest(),
-    )
     return _Call(
         store, eid, name, key, older, at_most_once=at_most_once, grace=ctx.outage_grace, stopped=ctx.stopped
     )
+
+
+def _legacy_key(name: str, arguments: Any) -> str:
+    """The key of entries written before keys counted occurrences."""
+    return hashlib.sha256(canonical_json([name, arguments])).hexdigest()
 
 
 def _occurrence_key(eid: str, step: int | str | None, name: str, arguments: Any, k: int) -> str:

@@ -3,7 +3,7 @@
 Usage: ``python _cancel_child.py BACKEND TARGET SCHEMA WORKDIR``. Spawns run ``run-c`` of
 ``cancel-charge``: one tool call that touches ``WORKDIR/entered``, sleeps 3 s, then charges
 through ``@idempotent`` (appending to ``WORKDIR/charges``); the tool is async, or a sync one in a
-worker thread when ``CANCEL_TOOL=sync``. Prints one JSON line with the run's
+worker thread when ``CANCEL_TOOL=sync`` (``sync-keyed``: its charge has an explicit key). Prints one JSON line with the run's
 outcome (a status, or the error that stopped it) and the seconds since the tool was entered.
 """
 
@@ -26,7 +26,7 @@ NAME = "cancel-charge"
 SLEEP = 3.0
 
 
-def agent(workdir: Path, *, sync: bool = False) -> Agent:
+def agent(workdir: Path, *, sync: bool = False, keyed: bool = False) -> Agent:
     """One ``process`` tool call that sleeps before it charges, then an answer."""
 
     def charged(order: str) -> str:
@@ -35,7 +35,7 @@ def agent(workdir: Path, *, sync: bool = False) -> Agent:
         return f"charged {order}"
 
     if sync:
-        charge_now = idempotent(charged)
+        charge_now = idempotent(key=lambda order: order)(charged) if keyed else idempotent(charged)
 
         @tool
         def process(order: str) -> str:
@@ -70,7 +70,8 @@ def open_store(backend: str, target: str, schema: str) -> Store:
 
 
 async def main(backend: str, target: str, schema: str, workdir: str) -> None:
-    runner = agent(Path(workdir), sync=os.environ.get("CANCEL_TOOL") == "sync")
+    kind = os.environ.get("CANCEL_TOOL", "async")
+    runner = agent(Path(workdir), sync=kind.startswith("sync"), keyed=kind == "sync-keyed")
     async with open_store(backend, target, schema) as store, ActorSystem(store, runners=[runner]) as system:
         ref = await system.spawn(runner, "o1", execution_id="run-c")
         try:

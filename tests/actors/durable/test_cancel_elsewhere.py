@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 STOPPED_WITHIN = 1.5
 
 
-@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("kind", ["async", "sync", "sync-keyed"])
 async def test_a_cancel_from_another_process_stops_the_owners_tool(
     store_backend: Backend, tmp_path: Path, kind: str
 ) -> None:
