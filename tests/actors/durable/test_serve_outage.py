@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from actors import ActorSystem, Agent
-from actors.models import FunctionModel, Message
+from actors import ActorSystem, Agent, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -82,3 +82,33 @@ async def test_serve_of_a_store_that_never_failed_says_nothing_of_it(
     assert _said(caplog, "store usable again") == []
     assert _said(caplog, "store unusable") == []
     assert _said(caplog, "runs handed to the fleet") == []  # its run had finished: nothing to hand on
+
+
+async def test_a_cancelled_serve_says_which_runs_it_handed_to_the_fleet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    entered = anyio.Event()
+
+    @tool
+    async def wait(order: str) -> str:
+        """Wait for ever (until the worker stops)."""
+        entered.set()
+        await anyio.sleep_forever()
+        return order
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return "done"
+        return ModelReply(tool_calls=[ToolCall("wait", {"order": str(messages[-1].content)})])
+
+    agent = Agent("held", FunctionModel(model), tools=[wait])
+    async with SQLiteStore(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await system.enqueue(agent, "o1", execution_id="q1")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: system.serve(poll=0.05, shutdown_grace=0))
+            with anyio.fail_after(LIMIT):
+                await entered.wait()
+            tg.cancel_scope.cancel()
+        assert (await system.status("q1")).status == "orphaned"  # handed on, for any worker's sweep
+    assert _said(caplog, "event='runs handed to the fleet' runs=['q1']") != []
