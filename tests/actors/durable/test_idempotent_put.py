@@ -1,4 +1,7 @@
-"""The put of an ``@idempotent`` result: shielded from a cancel, and bounded when the store hangs.
+"""The lookup and the put of an ``@idempotent`` result through store faults.
+
+A lookup that meets an unusable store is retried for the outage grace, then the step is abandoned
+(never a tool result); a lost lock abandons it at once.
 
 Once a body has run, its result is stored even if the run is cancelled meanwhile, so a resume finds
 it instead of running the side effect again. A put the store never answers is given up after the
@@ -129,3 +132,44 @@ async def test_a_put_the_store_never_answers_abandons_the_step(
         assert RUN_END not in [row.step_type for row in rows]  # abandoned: nothing written after
         assert rows[-1].step_type == "tool_call"
     assert charged == ["o1"]
+
+
+class DownLookup(SQLiteStore):
+    """A SQLite store whose cache lookups fail with ``error``."""
+
+    error: Exception = StoreUnavailable("the store is down")
+
+    async def cache_get(self, execution_id: str, key: str) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("lost", [False, True])
+async def test_a_lookup_the_store_refuses_abandons_the_step(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, lost: bool
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    charged: list[str] = []
+    agent = _agent(charged)
+    store = DownLookup(tmp_path / "t.db")
+    if lost:
+        store.error = OwnershipLost("run 'run-1' was abandoned: the lock went")
+    async with store, ActorSystem(store, runners=[agent], store_outage_grace=0.2) as system:
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with pytest.raises(OwnershipLost) as caught:
+            await ref.result(timeout=LIMIT)
+        rows = await system.history("run-1")
+    assert charged == []
+    assert rows[-1].step_type == "tool_call"  # abandoned: nothing written after the tool's row
+    said = [r.getMessage() for r in caplog.records if "store unusable: retrying" in r.getMessage()]
+    if lost:
+        assert str(caught.value) == "run 'run-1' was abandoned: the lock went"
+        assert said == []  # a lost lock is not retried
+    else:
+        assert str(caught.value).startswith(
+            "run 'run-1' was abandoned: its store stayed unusable for 0.2 s "
+            "(StoreUnavailable: the store is down)"
+        ), caught.value
+        assert (
+            len(said) == 1
+            and "write='@idempotent test_idempotent_put._agent.<locals>.charge lookup'" in said[0]
+        )
