@@ -12,6 +12,8 @@ from typing import Any
 
 from ..models import Message, Model
 from ._errors import ToolNotFound
+from ._output import OutputSpec
+from ._sources import ToolSource
 from ._tools import Tool
 from ._versions import cached_fingerprint, check_version
 
@@ -24,22 +26,36 @@ class Agent:
     """An agent: ``model`` answers each turn, offered ``tools``; ``instructions`` become the system
     message; the run fails with ``MaxTurnsExceeded`` after ``max_turns`` model calls without a final answer.
 
-    ``tools`` are :class:`~actors._durable._tools.Tool` objects or plain functions (wrapped with ``@tool``).
+    ``tools`` are :class:`~actors._durable._tools.Tool` objects, plain functions (wrapped with ``@tool``)
+    or tool sources (``actors.mcp.MCPServer``), whose tools the agent offers too, connected per activation.
+    ``output_type`` (a msgspec Struct, a dataclass or a TypedDict) asks the model for a JSON answer of
+    that type, validated before the run completes (``RunResult.value`` holds it).
     ``name`` may not contain ``/`` or ``:`` (they separate the segments of ``agent_path``).
     ``version`` names this build of the agent: a run records it, and a resume takes the runner of
     the run's name and version (``docs/versions.md``); ``None`` resumes on any build of the name.
     """
 
-    __slots__ = ("_fingerprint", "_tools", "instructions", "max_turns", "model", "name", "version")
+    __slots__ = (
+        "_fingerprint",
+        "_tools",
+        "instructions",
+        "max_turns",
+        "model",
+        "name",
+        "output",
+        "sources",
+        "version",
+    )
 
     def __init__(
         self,
         name: str,
         model: Model,
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | ToolSource | Callable[..., Any]] = (),
         instructions: str | None = None,
         max_turns: int = 20,
         version: str | None = None,
+        output_type: type | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or name != name.strip():
             raise ValueError(f"agent name {name!r} must be a non-empty str without '/', ':' or edge spaces")
@@ -50,7 +66,13 @@ class Agent:
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"agent {name!r}: instructions must be a str or None")
         by_name: dict[str, Tool] = {}
+        sources: dict[str, ToolSource] = {}
         for item in tools:
+            if isinstance(item, ToolSource):
+                if item.name in sources:
+                    raise ValueError(f"agent {name!r} has two tool sources named {item.name!r}")
+                sources[item.name] = item
+                continue
             wrapped = item if isinstance(item, Tool) else Tool(item)
             if wrapped.name in by_name:
                 raise ValueError(f"agent {name!r} has two tools named {wrapped.name!r}")
@@ -60,11 +82,20 @@ class Agent:
         self.instructions = instructions
         self.max_turns = max_turns
         self._tools = by_name
+        #: The tool sources (MCP servers) whose tools the agent offers, in the order given.
+        self.sources: tuple[ToolSource, ...] = tuple(sources.values())
+        #: The typed answer the model is asked for (``None``: a plain text answer).
+        self.output = OutputSpec(output_type, agent=name) if output_type is not None else None
         self.version = check_version(f"agent {name!r}", version)
         self._fingerprint: dict[str, Any] | None = None
 
     #: The fingerprint a run of this agent records on its first row (computed once).
     fingerprint = property(cached_fingerprint)
+
+    @property
+    def output_type(self) -> type | None:
+        """The type of the agent's final answer (``None``: plain text)."""
+        return self.output.type if self.output is not None else None
 
     @property
     def tools(self) -> list[Tool]:
@@ -93,7 +124,8 @@ class Agent:
 
     def check_tool(self, path: str, own_path: str, name: str, execution_id: str) -> None:
         """Refuse (``ToolNotFound``) a re-entry of tool ``name`` at ``path`` this agent lacks."""
-        if path == own_path:
+        if path == own_path and not (self.sources and name not in self._tools):
+            # A source's tool is checked against what the run recorded, when it connects.
             self.tool(name, execution_id=execution_id)
 
     def first_messages(self, task: str) -> list[Message]:

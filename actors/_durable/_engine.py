@@ -25,7 +25,7 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import anyio
@@ -66,6 +66,7 @@ from ._messages import (
     TakeTurn,
 )
 from ._runlog import RunLog, StepAbandoned, cancelled_elsewhere, step_seq
+from ._sources import RECORD, SourceTool, offer, recorded_tools
 from ._tools import ToolOutcome
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
@@ -111,7 +112,13 @@ class RunEngine(Level):
         super().__init__(rows=rows, path=path or agent.label, runner=runner if runner is not None else agent)
         self.agent = agent
         self._specials: Mapping[str, Special] = specials or {}
-        self._schemas = agent.tool_schemas() + [special.schema() for special in self._specials.values()]
+        self._schemas = self._offer_schemas(())
+        # The tools of the agent's sources this activation offers (None: not listed yet), whether
+        # they are listed afresh (a new conversation) or as the run recorded them, and the list
+        # to record on the next row.
+        self._offered: dict[str, SourceTool] | None = None
+        self._fresh = False
+        self._unrecorded: list[dict[str, Any]] | None = None
         # The tool calls of the newest reply, the row a re-entry re-runs, the re-entry below this
         # level (a delegation in flight), and the call a started child answers.
         self._calls: list[ToolCall] = []
@@ -123,10 +130,12 @@ class RunEngine(Level):
 
     async def begin(self, messages: Sequence[Message]) -> Next:
         self._transcript, self._turn = Transcript(messages), 0
+        self._fresh = True
         return TakeTurn(0)
 
     async def opening(self, messages: Sequence[Message]) -> Next | None:
-        if self.agent.max_turns < 1:
+        if self.agent.max_turns < 1 or self.agent.sources:
+            # An agent with tool sources writes its first row in its activation, once they are listed.
             return None  # the first step refuses the run (MaxTurnsExceeded)
         self.rows.start_at(0)
         await self.begin(messages)
@@ -152,6 +161,8 @@ class RunEngine(Level):
         return self._reenter(own[-1], None, after_pause=plan.after_pause)
 
     async def _step(self, step: Step) -> Next:
+        if self.agent.sources and self._offered is None:
+            await self._offer(None if self._fresh else self.path)
         match step:
             case TakeTurn(turn=turn, row=row):
                 return await self._take_turn(turn, row)
@@ -174,9 +185,64 @@ class RunEngine(Level):
         reply = take_in(answer, transcript, model=self.agent.model)
         transcript.append(reply.to_message())
         if not reply.tool_calls:
-            return Answered(reply.text)
+            output = self.agent.output
+            if output is None:
+                return Answered(reply.text)
+            value, retry = output.check(reply.text, transcript.messages, agent=self.agent.name)
+            if retry is None:
+                assert value is not None
+                return Answered(value)
+            transcript.append(Message("user", retry))  # sent back: its own model turn
+            return TakeTurn(turn + 1)
         self._calls = list(reply.tool_calls)
         return RunTool(turn, 0)
+
+    async def _prepare(self, step: Checkpoint) -> None:
+        """List the sources' tools before a resume or a recovery of this agent writes (a recorded
+        tool a source no longer lists raises ``ToolNotFound``, and nothing is written)."""
+        if self.agent.sources and conversation_of(step.agent_path) == self.path:
+            await self._offer(self.path)
+
+    async def _offer(self, recorded_at: str | None) -> None:
+        """Connect the agent's sources and take the tools to offer: as recorded by the agent at
+        ``recorded_at`` in the run's rows, or (``None``, or nothing recorded) as listed now."""
+        connections = self.rows.sources
+        if connections is None:
+            raise RuntimeError(
+                f"agent {self.agent.name!r} has tool sources but its activation has no connections"
+            )
+        recorded = None
+        if recorded_at is not None:
+            recorded = await recorded_tools(self.store, self.execution_id, recorded_at)
+        record, offered = await offer(
+            self.agent.sources,
+            (t.name for t in self.agent.tools),
+            connections,
+            recorded,
+            agent=self.agent.name,
+            execution_id=self.execution_id,
+        )
+        if recorded is None:
+            self._unrecorded = record
+        self._offered = offered
+        self._schemas = self._offer_schemas(offered.values())
+
+    def _offer_schemas(self, offered: Iterable[SourceTool]) -> list[dict[str, Any]]:
+        """What the model is offered: the agent's tools, its sources', a topology's, and the
+        output type's ``response_format`` entry."""
+        schemas = self.agent.tool_schemas() + [t.schema() for t in offered]
+        schemas.extend(special.schema() for special in self._specials.values())
+        if self.agent.output is not None:
+            schemas.append(self.agent.output.entry)
+        return schemas
+
+    def _row(self, **fields: Any) -> Checkpoint:
+        """A step row (``Level._row``); the first model or tool row after the sources' tools were
+        listed afresh records them."""
+        row = super()._row(**fields)
+        if self._unrecorded is not None and row.step_type in (LLM_CALL, TOOL_CALL):
+            row.state_snapshot[RECORD], self._unrecorded = self._unrecorded, None
+        return row
 
     def _turn_row(self, turn: int) -> Checkpoint:
         """The ``turn:N`` row of model call ``turn`` (``MaxTurnsExceeded`` past the agent's turns)."""
@@ -264,13 +330,15 @@ class RunEngine(Level):
 
     async def _call_tool(self, row: Checkpoint, call: ToolCall, decision: dict[str, Any] | None) -> Message:
         """Run one tool with the run bound; a pause writes its two rows and stops the run."""
-        if not self.agent.has_tool(call.name):
+        tool: Any = (self._offered or {}).get(call.name)
+        if tool is None and not self.agent.has_tool(call.name):
             return _tool_message(
                 call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
             )
         if call.arguments_error is not None:
             return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
-        tool = self.agent.tool(call.name)
+        if tool is None:
+            tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
         stopped = RunStop()

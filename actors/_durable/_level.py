@@ -49,6 +49,7 @@ from ..models import Message
 from ..models._types import Transcript
 from ._errors import ResumeRequired, RunnerVersionMismatch
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
+from ._output import OUTPUT_TYPE
 from ._result import RunResult
 from ._runlog import SHARED, RunLog
 from ._versions import VERSION, Drift, check_step, drift, version_of
@@ -180,6 +181,10 @@ class Level:
     async def _delivered(self, outcome: Outcome) -> Next:
         raise TypeError(f"{type(self).__name__} started no child; got {outcome!r}")
 
+    async def _prepare(self, step: Checkpoint) -> None:
+        """Ready this level to re-enter at ``step`` before the resume or recovery writes; raise to
+        refuse it (nothing is written then)."""
+
     def _reenter_fork(self, origin: Checkpoint) -> Next:
         raise CheckpointError(f"run {self.execution_id!r}: a {type(self).__name__} run cannot fork here")
 
@@ -243,6 +248,7 @@ class Level:
                 )
             change = await self._against_code(entry)
             self._check_tool(step)
+            await self._prepare(step)
             claimed = resume.to_dict()
             await self.rows.claim(self.rows.bookkeeping(RESUME, step, claimed, self._changed(change)))
             return await self._reenter_at(step, claimed, after_pause=True)
@@ -254,6 +260,7 @@ class Level:
             # A cancelled pause has no pending row: the tool runs again and may pause again (rule 7).
         change = await self._against_code(entry)
         self._check_tool(step)
+        await self._prepare(step)
         await self.rows.append(self.rows.bookkeeping(RECOVER, step, decision, self._changed(change)))
         if step.step_type == FORK_ORIGIN:
             if self.runner.nested:
@@ -429,7 +436,7 @@ class Level:
                 return RunResult(execution_id=self.execution_id, status="paused", pending=pending)
             case Answered(output=output):
                 try:
-                    return await self._end(COMPLETED, output=output)
+                    return await self._end(COMPLETED, output=output, typed=True)
                 except (AlreadyResumed, RunExists, StoreError):
                     raise
                 except Exception as error:
@@ -441,12 +448,22 @@ class Level:
     # -- rows -------------------------------------------------------------------------------------
 
     async def _end(
-        self, status: str, *, output: str | None = None, error: str | None = None, reason: str | None = None
+        self,
+        status: str,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        reason: str | None = None,
+        typed: bool = False,
     ) -> RunResult:
-        """The ``run_end`` marker (only the root writes it), shielded so a cancel cannot lose it."""
+        """The ``run_end`` marker (only the root writes it), shielded so a cancel cannot lose it.
+        ``typed``: the output is the answer of the runner's ``output_type``, if it has one."""
         extra: dict[str, Any] = {"run_status": status}
         if output is not None:
             extra["output"] = output
+        spec = getattr(self.runner, "output", None) if typed else None
+        if spec is not None:
+            extra[OUTPUT_TYPE] = spec.name
         if error is not None:
             error = extra["run_error"] = storable_text(error)
         if reason is not None:
@@ -468,7 +485,8 @@ class Level:
             if reason is None:  # a failure, not a cancel: the developer hears of it
                 _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
             return RunResult(execution_id=self.execution_id, status="failed", error=error)
-        return RunResult(execution_id=self.execution_id, status="completed", output=output)
+        value = spec.decode(output) if spec is not None and output is not None else None
+        return RunResult(execution_id=self.execution_id, status="completed", output=output, value=value)
 
     def _row(
         self,

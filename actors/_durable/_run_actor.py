@@ -41,6 +41,7 @@ from ._messages import (
 )
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
+from ._sources import activation_sources, uses_sources
 from .topologies import drive
 
 if TYPE_CHECKING:
@@ -290,14 +291,16 @@ class RunActor(Actor):
         self, ctx: ActorContext, engine: Level, first: Callable[[], Awaitable[Next]]
     ) -> RunResult:
         """The activation: its entry point, then its steps in order (its children's outcomes between
-        them), the mailbox read between two steps."""
-        outcome = await drive(ctx, engine, await first(), between=self._between_steps, take=self._take)
-        if outcome is None:
-            assert self._cancel_reason is not None
-            return await engine.cancel(self._cancel_reason)
-        if isinstance(outcome, HandedOff):
-            raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
-        return await engine.conclude(outcome)
+        them), the mailbox read between two steps; its tool sources' connections live as long."""
+        async with activation_sources(uses_sources(self.runner)) as connections:
+            engine.rows.sources = connections
+            outcome = await drive(ctx, engine, await first(), between=self._between_steps, take=self._take)
+            if outcome is None:
+                assert self._cancel_reason is not None
+                return await engine.cancel(self._cancel_reason)
+            if isinstance(outcome, HandedOff):
+                raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
+            return await engine.conclude(outcome)
 
     def _between_steps(self, ctx: ActorContext) -> bool:
         """Handle what is queued; whether to stop (a Cancel came) before the next step. A run this

@@ -50,6 +50,7 @@ from ._versions import FINGERPRINT, FINGERPRINTS, VERSION
 if TYPE_CHECKING:
     from ..models._stream import TextSink
     from ._follow import EventHub
+    from ._sources import Connections
 
 __all__ = [
     "DEFAULT_OUTAGE_GRACE",
@@ -232,6 +233,7 @@ class RunLog:
         "log",
         "runner",
         "shared",
+        "sources",
         "store",
         "version",
     )
@@ -267,6 +269,8 @@ class RunLog:
         #: fingerprint of its runner, which a new run's first row (``seq`` 0) carries.
         self.version = version
         self.fingerprint = fingerprint
+        #: The activation's connections to its agents' tool sources (``None``: it has none).
+        self.sources: Connections | None = None
 
     # -- seq ----------------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from ._messages import (
     Spawn,
     SpawnFork,
 )
+from ._output import OUTPUT_TYPE, plain_value
 from ._queries import run_status
 from ._result import RunResult
 from ._run_actor import Opening, RunActor
@@ -473,7 +474,9 @@ async def _resting(store: Store, newest: Checkpoint) -> RunResult | None:
     execution_id, snapshot = newest.execution_id, newest.state_snapshot
     if newest.step_type == RUN_END:
         if newest.status == COMPLETED:
-            return RunResult(execution_id=execution_id, status="completed", output=snapshot.get("output"))
+            output = snapshot.get("output")
+            value = plain_value(output) if snapshot.get(OUTPUT_TYPE) else None
+            return RunResult(execution_id=execution_id, status="completed", output=output, value=value)
         return RunResult(execution_id=execution_id, status="failed", error=snapshot.get("run_error"))
     if newest.status == INTERRUPTED:
         pending = await store.pending(execution_id)

@@ -118,6 +118,10 @@ def _agent_parts(agent: Any, path: str, parts: dict[str, str]) -> None:
     parts[f"{path}#max_turns"] = str(agent.max_turns)
     for tool in agent.tools:
         parts[f"{path}/tool:{tool.name}"] = _digest(tool.parameters)
+    for source in agent.sources:  # its tools are recorded by the run itself, when it lists them
+        parts[f"{path}#source:{source.name}"] = source.fingerprint()
+    if agent.output is not None:
+        parts[f"{path}#output_type"] = _digest(agent.output.schema)
 
 
 class Drift(msgspec.Struct, frozen=True):
