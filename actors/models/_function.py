@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -26,6 +27,11 @@ class FunctionModel:
     so it cannot change the run's conversation. Tests and examples use it to script a conversation
     with no network; an exception ``fn`` raises is the model failing (the run fails and can be
     resumed).
+
+    A ``fn`` that takes a second argument, ``fn(messages, tools)``, is also given (a copy of) what
+    the model is offered: each tool's OpenAI-style function schema, and for an agent with an
+    ``output_type`` a last entry ``{"type": "json_schema", "json_schema": {"name", "schema"}}``,
+    the ``response_format`` an OpenAI-compatible server is sent.
     """
 
     def __init__(self, fn: ModelFn, *, name: str | None = None) -> None:
@@ -33,10 +39,14 @@ class FunctionModel:
             raise TypeError(f"FunctionModel needs a callable, not {type(fn).__name__}")
         self.fn = fn
         self.name = name or getattr(fn, "__qualname__", type(fn).__name__)
+        self._with_tools = _takes_tools(fn)
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = ()) -> ModelReply:
-        """Call ``fn`` with a copy of ``messages``; ``tools`` are not shown to it."""
-        result: Any = self.fn(list(messages))
+        """Call ``fn`` with a copy of ``messages`` (and of ``tools``, when it takes them)."""
+        fn: Any = self.fn
+        result: Any = (
+            fn(list(messages), copy.deepcopy(list(tools))) if self._with_tools else fn(list(messages))
+        )
         if inspect.isawaitable(result):
             result = await result
         if isinstance(result, str):
@@ -64,6 +74,23 @@ class FunctionModel:
 
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"
+
+
+def _takes_tools(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes a second positional argument (or one named ``tools``): the tools."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.name == "tools" for p in parameters):
+        return True
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        and p.default is inspect.Parameter.empty
+    ]
+    return len(positional) >= 2 or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
 
 
 def _check(piece: object) -> str | ModelReply:

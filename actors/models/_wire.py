@@ -36,10 +36,16 @@ def request_body(
     *,
     stream: bool = False,
 ) -> bytes:
-    """The JSON body of one chat-completions request (``extra`` merged in last)."""
+    """The JSON body of one chat-completions request (``extra`` merged in last). An entry of
+    ``tools`` of type ``json_schema`` (an agent's ``output_type``) is sent as ``response_format``."""
     body: dict[str, Any] = {"model": model, "messages": [to_wire(m) for m in messages]}
+    formats = [t for t in tools if t.get("type") == "json_schema"]
+    if formats:
+        tools = [t for t in tools if t.get("type") != "json_schema"]
     if tools:
         body["tools"] = list(tools)
+    if formats:
+        body["response_format"] = formats[-1]
     if stream:
         body["stream"] = True
     body.update(extra)

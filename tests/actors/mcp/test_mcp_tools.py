@@ -1,0 +1,77 @@
+"""MCP servers as tool sources: the tools offered and recorded, their calls, their names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import ActorSystem, Agent, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import SQLiteStore
+
+from _mcp_common import calls, records
+
+pytestmark = pytest.mark.anyio
+
+
+def _tool_names(tools: list[dict[str, Any]]) -> list[str]:
+    return [t["function"]["name"] for t in tools if t.get("type") == "function"]
+
+
+async def test_a_read_only_tool_runs_once_and_the_model_sees_its_schema(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    seen: list[list[dict[str, Any]]] = []
+
+    def model(messages: list[Message], tools: list[dict[str, Any]]) -> str | ModelReply:
+        seen.append(tools)
+        if messages[-1].role == "user":
+            return ModelReply(tool_calls=[ToolCall("lookup", {"key": "k1"})])
+        return f"found: {messages[-1].content}"
+
+    agent = Agent("reader", FunctionModel(model), tools=[records(log)])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+        run = await system.spawn(agent, "look up k1")
+        result = await run.result(timeout=60)
+        history = await system.history(run.execution_id)
+    assert result.status == "completed", result.error
+    assert result.output == "found: value of k1"
+    assert calls(log) == ["lookup k1"]  # the tool ran once
+    offered = {t["function"]["name"]: t["function"] for t in seen[0]}
+    assert set(offered) == {"lookup", "delete_record", "reindex", "ask_name", "echo"}
+    schema = offered["lookup"]["parameters"]
+    assert schema["properties"]["key"]["type"] == "string"
+    assert schema["required"] == ["key"]
+    assert offered["lookup"]["description"].startswith("Look a record up by its key.")
+    # The list the run saw is on its first row, and only there.
+    recorded = history[0].state_snapshot["source_tools"]
+    assert {e["name"] for e in recorded} == set(offered)
+    entry = next(e for e in recorded if e["name"] == "lookup")
+    assert entry["source"] == "records" and entry["destructive"] is False
+    assert next(e for e in recorded if e["name"] == "delete_record")["destructive"] is True
+    assert all("source_tools" not in row.state_snapshot for row in history[1:])
+
+
+async def test_a_name_two_tools_share_is_prefixed_with_the_server(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    seen: list[list[str]] = []
+
+    @tool
+    def echo(text: str) -> str:
+        """The agent's own echo."""
+        return f"local says {text}"
+
+    def model(messages: list[Message], tools: list[dict[str, Any]]) -> str | ModelReply:
+        seen.append(_tool_names(tools))
+        if messages[-1].role == "user":
+            return ModelReply(tool_calls=[ToolCall("echo", {"text": "a"}), ToolCall("records__echo", {"text": "b"})])
+        return " | ".join(m.content for m in messages if m.role == "tool")
+
+    agent = Agent("clash", FunctionModel(model), tools=[echo, records(log)])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+        result = await (await system.spawn(agent, "echo twice")).result(timeout=60)
+    assert result.status == "completed", result.error
+    assert "echo" in seen[0] and "records__echo" in seen[0] and "lookup" in seen[0]
+    assert result.output == "local says a | server says b"
+    assert calls(log) == ["echo b"]
