@@ -10,9 +10,11 @@ from actors.mcp import MCPServer
 SERVER = Path(__file__).with_name("_mcp_server.py")
 
 
-def records(log: Path, name: str = "records") -> MCPServer:
-    """The test server (``_mcp_server.py``) over stdio, logging its calls to ``log``."""
-    return MCPServer(name, command=[sys.executable, str(SERVER)], env={"MCP_TEST_LOG": str(log)})
+def records(log: Path, name: str = "records", *, hide: str = "") -> MCPServer:
+    """The test server (``_mcp_server.py``) over stdio, logging its calls to ``log``, without the
+    tools named in ``hide`` (comma-separated)."""
+    env = {"MCP_TEST_LOG": str(log), "MCP_TEST_HIDE": hide}
+    return MCPServer(name, command=[sys.executable, str(SERVER)], env=env)
 
 
 def calls(log: Path) -> list[str]:

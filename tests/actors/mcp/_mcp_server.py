@@ -10,6 +10,8 @@ tests count calls by it), and the server's pid as ``pid <n>`` when it starts.
 - ``ask_name()``: elicits a name from the user (a form with one field ``name``) and returns
   ``<action>: <name>``.
 - ``echo(text)``: plain; a name the agent's own tool has too in the name-clash test.
+
+``MCP_TEST_HIDE`` (comma-separated tool names) leaves those tools out.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ def echo(text: str) -> str:
     log(f"echo {text}")
     return f"server says {text}"
 
+
+for hidden in filter(None, os.environ.get("MCP_TEST_HIDE", "").split(",")):
+    app.remove_tool(hidden)
 
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors import ActorSystem, Agent, tool
+from actors import ActorSystem, Agent, Resume, ToolNotFound, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore
 
@@ -65,7 +65,9 @@ async def test_a_name_two_tools_share_is_prefixed_with_the_server(tmp_path: Path
     def model(messages: list[Message], tools: list[dict[str, Any]]) -> str | ModelReply:
         seen.append(_tool_names(tools))
         if messages[-1].role == "user":
-            return ModelReply(tool_calls=[ToolCall("echo", {"text": "a"}), ToolCall("records__echo", {"text": "b"})])
+            return ModelReply(
+                tool_calls=[ToolCall("echo", {"text": "a"}), ToolCall("records__echo", {"text": "b"})]
+            )
         return " | ".join(m.content for m in messages if m.role == "tool")
 
     agent = Agent("clash", FunctionModel(model), tools=[echo, records(log)])
@@ -75,3 +77,59 @@ async def test_a_name_two_tools_share_is_prefixed_with_the_server(tmp_path: Path
     assert "echo" in seen[0] and "records__echo" in seen[0] and "lookup" in seen[0]
     assert result.output == "local says a | server says b"
     assert calls(log) == ["echo b"]
+
+
+def _asker(messages: list[Message]) -> str | ModelReply:
+    results = [m.content for m in messages if m.role == "tool"]
+    if not results:
+        return ModelReply(tool_calls=[ToolCall("ask_name", {})])
+    return f"named: {results[-1]}"
+
+
+@pytest.mark.parametrize(
+    ("decision", "answer", "logged"),
+    [
+        (Resume(approved=True, metadata={"name": "Ada"}), "accept: Ada", "accept"),
+        (Resume(approved=False), "decline: -", "decline"),
+    ],
+)
+async def test_an_elicitation_pauses_the_run_and_the_resume_answers_it(
+    tmp_path: Path, decision: Resume, answer: str, logged: str
+) -> None:
+    log = tmp_path / "calls.log"
+    agent = Agent("asker", FunctionModel(_asker), tools=[records(log)])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db"), runners=[agent]) as system:
+        paused = await (await system.spawn(agent, "name the record", execution_id="e1")).result(timeout=60)
+        assert paused.status == "paused", paused.error
+        assert paused.pending is not None and paused.pending.reason == "elicitation"
+        context = paused.pending.context
+        assert context["server"] == "records" and context["tool"] == "ask_name"
+        assert context["message"] == "What name goes on the record?"
+        assert context["requestedSchema"]["properties"]["name"]["type"] == "string"
+        assert calls(log) == []  # the tool's body waits for the answer
+        done = await system.resume("e1", decision, timeout=60)
+    assert done.status == "completed", done.error
+    assert done.output == f"named: {answer}"
+    assert calls(log) == [f"ask_name {logged}"]
+
+
+async def test_a_resume_whose_server_lost_a_recorded_tool_raises_tool_not_found(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if not any(m.role == "tool" for m in messages):
+            return ModelReply(tool_calls=[ToolCall("lookup", {"key": "k"}), ToolCall("ask_name", {})])
+        return "done"
+
+    store = SQLiteStore(tmp_path / "t.db")
+    agent = Agent("keeper", FunctionModel(model), tools=[records(log)])
+    async with ActorSystem(store, runners=[agent]) as system:
+        paused = await (await system.spawn(agent, "go", execution_id="n1")).result(timeout=60)
+        assert paused.status == "paused"
+        before = len(await system.history("n1"))
+    shrunk = Agent("keeper", FunctionModel(model), tools=[records(log, hide="lookup")])
+    async with ActorSystem(store, runners=[shrunk]) as system:
+        with pytest.raises(ToolNotFound, match="'lookup'"):
+            await system.resume("n1", Resume(approved=True, metadata={"name": "x"}), timeout=60)
+        assert len(await system.history("n1")) == before  # nothing written
+        assert (await system.status("n1")).status == "paused"
