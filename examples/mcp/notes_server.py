@@ -18,7 +18,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 NOTES = Path(os.environ.get("NOTES_FILE", "notes.json"))
-app = MCPServer("notes")
+app = MCPServer("notes", log_level="WARNING")
 
 
 def _log(line: str) -> None:

@@ -26,7 +26,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
 LOG = Path(os.environ["MCP_TEST_LOG"])
-app = MCPServer("test-records")
+app = MCPServer("test-records", log_level="WARNING")
 
 
 def log(line: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors import ActorSystem, Agent, Resume, ToolNotFound, tool
+from actors import ActorSystem, Agent, Resume, Supervisor, ToolNotFound, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore
 
@@ -133,3 +133,36 @@ async def test_a_resume_whose_server_lost_a_recorded_tool_raises_tool_not_found(
             await system.resume("n1", Resume(approved=True, metadata={"name": "x"}), timeout=60)
         assert len(await system.history("n1")) == before  # nothing written
         assert (await system.status("n1")).status == "paused"
+
+
+async def test_a_worker_of_a_supervisor_uses_mcp_tools_and_resumes_after_an_elicitation(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "calls.log"
+
+    def manager(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"manager read: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("delegate_to_clerk", {"task": "name the record k3"})])
+
+    def clerk(messages: list[Message]) -> str | ModelReply:
+        results = [m.content for m in messages if m.role == "tool"]
+        if not results:
+            return ModelReply(tool_calls=[ToolCall("lookup", {"key": "k3"})])
+        if len(results) == 1:
+            return ModelReply(tool_calls=[ToolCall("ask_name", {})])
+        return " / ".join(results)
+
+    sup = Supervisor(
+        "office",
+        Agent("boss", FunctionModel(manager)),
+        {"clerk": Agent("clerk", FunctionModel(clerk), tools=[records(log)])},
+    )
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db"), runners=[sup]) as system:
+        paused = await (await system.spawn(sup, "go", execution_id="s1")).result(timeout=60)
+        assert paused.status == "paused", paused.error
+        assert paused.pending is not None and paused.pending.reason == "elicitation"
+        done = await system.resume("s1", Resume(approved=True, metadata={"name": "Bo"}), timeout=60)
+    assert done.status == "completed", done.error
+    assert done.output == "manager read: value of k3 / accept: Bo"
+    assert calls(log) == ["lookup k3", "ask_name accept"]
