@@ -71,7 +71,9 @@ async def main(workdir: Path) -> None:
         assert paused.pending is not None
         print(f"paused: {paused.pending.reason}: {paused.pending.context['message']}")
         done = await system.resume("tidy-1", Resume(approved=True, metadata={"confirm": True}), timeout=60)
-        print(f"{done.status}: {done.value!r}" if done.status == "completed" else f"{done.status}: {done.error}")
+        print(
+            f"{done.status}: {done.value!r}" if done.status == "completed" else f"{done.status}: {done.error}"
+        )
         print("steps:", ", ".join(row.node_id for row in await system.history("tidy-1")))
     print("server calls:", ", ".join((workdir / "calls.log").read_text().split("\n")[:-1]))
     print("notes left:", ", ".join(json.loads((workdir / "notes.json").read_text())))

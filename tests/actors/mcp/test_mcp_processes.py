@@ -56,7 +56,7 @@ async def test_a_pause_after_an_mcp_call_resumes_in_another_process(tmp_path: Pa
 
 async def test_a_crash_inside_a_destructive_tool_is_not_called_again(tmp_path: Path) -> None:
     db, log = str(tmp_path / "t.db"), tmp_path / "calls.log"
-    hold = Path(f"{log}.hold")
+    hold = tmp_path / "calls.log.hold"  # the server waits while it exists
     hold.touch()
     command = [sys.executable, str(CHILD), "spawn", db, str(log), "d1", "delete"]
     process = await anyio.open_process(command, env=ENV, stdout=subprocess.DEVNULL)

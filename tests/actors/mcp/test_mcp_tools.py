@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _mcp_common import calls, records
 
 from actors import ActorSystem, Agent, Resume, Supervisor, ToolNotFound, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore
-
-from _mcp_common import calls, records
 
 pytestmark = pytest.mark.anyio
 
