@@ -37,6 +37,7 @@ from stores import canonical_json
 from stores import encode_json as encode
 from stores import normalize_json as normalize
 
+from .._core import tether_logger
 from .._durable._context import current_context
 from .._durable._idempotent import idempotent
 from .._durable._interrupt import interrupt
@@ -53,6 +54,7 @@ ELICITATION: Final = "elicitation"
 #: How many pages of a server's tool list are read at most (a paginator that never ends).
 _PAGES: Final = 100
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+_log = tether_logger()
 
 
 @dataclasses.dataclass(slots=True)
@@ -122,13 +124,17 @@ class Session:
             context = {"server": self.server.name, "tool": entry["tool"], **asked.asked}
             interrupt(ELICITATION, context)  # raises: the run pauses (a resumed pass is answered)
             raise AssertionError("unreachable") from None  # pragma: no cover
-        except TimeoutError:
+        except TimeoutError as exc:
+            if self.server.timeout is None:
+                content = f"Tool '{name}' failed: {type(exc).__name__}: {exc}"
+                return ToolOutcome(content=content, ok=False, error="raised")
             content = f"Tool '{name}' timed out after {self.server.timeout:g}s"
             return ToolOutcome(content=content, ok=False, error="timeout")
         except Exception as exc:
-            return ToolOutcome(
-                content=f"Tool '{name}' failed: {type(exc).__name__}: {exc}", ok=False, error="raised"
-            )
+            content = f"Tool '{name}' failed: {type(exc).__name__}: {exc}"
+            # The model reads the error; the developer gets it too, with where it came from.
+            _log.warning("MCP tool call failed", server=self.server.name, tool=entry["tool"], exc_info=exc)
+            return ToolOutcome(content=content, ok=False, error="raised")
         if result["is_error"]:
             return ToolOutcome(content=f"Tool '{name}' failed: {result['content']}", ok=False, error="raised")
         return ToolOutcome(content=result["content"], value=result["content"])

@@ -11,17 +11,22 @@ tests count calls by it), and the server's pid as ``pid <n>`` when it starts.
   ``<action>: <name>``.
 - ``echo(text)``: plain; a name the agent's own tool has too in the name-clash test.
 
-``MCP_TEST_HIDE`` (comma-separated tool names) leaves those tools out.
+- ``whoami()``: the ``x-caller`` header of the HTTP request that called it (``-`` over stdio).
+
+``MCP_TEST_HIDE`` (comma-separated tool names) leaves those tools out. ``python _mcp_server.py``
+serves over stdio; ``python _mcp_server.py http PORT`` over streamable HTTP on 127.0.0.1:PORT
+(path ``/mcp``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
-from mcp.server.mcpserver import Elicit, ElicitationResult, MCPServer, Resolve
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
@@ -88,9 +93,19 @@ def echo(text: str) -> str:
     return f"server says {text}"
 
 
+@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def whoami(ctx: Context) -> str:
+    """Who calls (the x-caller header)."""
+    headers = ctx.headers or {}
+    return headers.get("x-caller", "-")
+
+
 for hidden in filter(None, os.environ.get("MCP_TEST_HIDE", "").split(",")):
     app.remove_tool(hidden)
 
 if __name__ == "__main__":
     log(f"pid {os.getpid()}")
-    app.run()
+    if sys.argv[1:2] == ["http"]:
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        app.run()

@@ -1,10 +1,12 @@
-"""MCP tool calls across real processes: a pause resumed elsewhere, a crash inside a destructive tool."""
+"""MCP tool calls across real processes: a pause resumed elsewhere, a crash inside a destructive tool,
+a server over streamable HTTP."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +14,12 @@ from typing import Any
 
 import anyio
 import pytest
-from _mcp_common import calls
+from _mcp_common import SERVER, calls
+from conftest import stop_processes
 
+from actors import ActorSystem, Agent
+from actors.mcp import MCPServer
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import HITL_PAUSE, RECOVER, TOOL_CALL, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +83,35 @@ async def test_a_crash_inside_a_destructive_tool_is_not_called_again(tmp_path: P
     async with SQLiteStore(db) as store:
         rows = await store.history("d1")
     assert [r.step_type for r in rows][:3] == ["llm_call", TOOL_CALL, RECOVER]
+
+
+async def test_a_server_over_streamable_http_with_headers(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**ENV, "MCP_TEST_LOG": str(log)}
+    server = await anyio.open_process([sys.executable, str(SERVER), "http", str(port)], env=env)
+    try:
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await anyio.sleep(0.05)
+
+        def model(messages: list[Message]) -> str | ModelReply:
+            if messages[-1].role == "user":
+                return ModelReply(tool_calls=[ToolCall("lookup", {"key": "h1"}), ToolCall("whoami", {})])
+            return " | ".join(m.content for m in messages if m.role == "tool")
+
+        remote = MCPServer("records", url=f"http://127.0.0.1:{port}/mcp", headers={"x-caller": "desk-7"})
+        agent = Agent("remote", FunctionModel(model), tools=[remote])
+        async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+            result = await (await system.spawn(agent, "over http")).result(timeout=60)
+    finally:
+        await stop_processes([server])
+    assert result.status == "completed", result.error
+    assert result.output == "value of h1 | desk-7"
+    assert calls(log) == ["lookup h1"]

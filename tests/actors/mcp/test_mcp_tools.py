@@ -38,7 +38,7 @@ async def test_a_read_only_tool_runs_once_and_the_model_sees_its_schema(tmp_path
     assert result.output == "found: value of k1"
     assert calls(log) == ["lookup k1"]  # the tool ran once
     offered = {t["function"]["name"]: t["function"] for t in seen[0]}
-    assert set(offered) == {"lookup", "delete_record", "reindex", "ask_name", "echo"}
+    assert set(offered) == {"lookup", "delete_record", "reindex", "ask_name", "echo", "whoami"}
     schema = offered["lookup"]["parameters"]
     assert schema["properties"]["key"]["type"] == "string"
     assert schema["required"] == ["key"]
