@@ -51,7 +51,7 @@ from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import RunStop, bind_run, check_owner
-from ._errors import MaxTurnsExceeded
+from ._errors import MaxTurnsExceeded, ToolNotFound
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
 from ._level import Delegation, Level, Next, PausedSignal, Plan
@@ -202,6 +202,10 @@ class RunEngine(Level):
         tool a source no longer lists raises ``ToolNotFound``, and nothing is written)."""
         if self.agent.sources and conversation_of(step.agent_path) == self.path:
             await self._offer(self.path)
+            name = step.state_snapshot.get("tool_name")
+            if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
+                if not self.agent.has_tool(name) and name not in (self._offered or {}):
+                    raise ToolNotFound(name, agent=self.agent.name, execution_id=self.execution_id)
 
     async def _offer(self, recorded_at: str | None) -> None:
         """Connect the agent's sources and take the tools to offer: as recorded by the agent at

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
@@ -25,9 +25,7 @@ from stores import Checkpoint, Store, conversation_of
 
 from .._core import tether_logger
 from ._errors import ToolNotFound
-
-if TYPE_CHECKING:
-    from ._tools import ToolOutcome
+from ._tools import ToolOutcome
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -89,7 +87,8 @@ class Connections:
         self._held: list[anyio.Event] = []
 
     async def session(self, source: ToolSource) -> SourceSession:
-        """The open connection to ``source``, opened now if it is not yet."""
+        """The open connection to ``source``, opened now if it is not yet (``ConnectionError``
+        naming the source when it cannot be opened)."""
         found = self._sessions.get(source.name)
         if found is not None:
             return found
@@ -97,8 +96,13 @@ class Connections:
         async with lock:
             found = self._sessions.get(source.name)
             if found is None:
-                with anyio.fail_after(OPEN_TIMEOUT):
-                    found = await self._tg.start(self._hold, source)
+                try:
+                    with anyio.fail_after(OPEN_TIMEOUT):
+                        found = await self._tg.start(self._hold, source)
+                except Exception as error:
+                    raise ConnectionError(
+                        f"could not connect to {source!r}: {type(error).__name__}: {error}"
+                    ) from error
                 self._sessions[source.name] = found
         return found
 
@@ -153,8 +157,12 @@ class SourceTool:
         }
 
     async def invoke(self, arguments: dict[str, Any]) -> ToolOutcome:
-        """Call the tool on the activation's connection (opened if it is not yet)."""
-        session = await self.connections.session(self.source)
+        """Call the tool on the activation's connection (opened again if it broke: a failure to
+        open it is a tool error the model reads)."""
+        try:
+            session = await self.connections.session(self.source)
+        except ConnectionError as error:
+            return ToolOutcome(content=f"Tool '{self.name}' failed: {error}", ok=False, error="raised")
         return await session.call(self.entry, arguments)
 
 

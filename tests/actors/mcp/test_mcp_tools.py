@@ -9,6 +9,7 @@ import pytest
 from _mcp_common import calls, records
 
 from actors import ActorSystem, Agent, Resume, Supervisor, ToolNotFound, tool
+from actors.mcp import MCPServer
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore
 
@@ -165,3 +166,30 @@ async def test_a_worker_of_a_supervisor_uses_mcp_tools_and_resumes_after_an_elic
     assert done.status == "completed", done.error
     assert done.output == "manager read: value of k3 / accept: Bo"
     assert calls(log) == ["lookup k3", "ask_name accept"]
+
+
+async def test_a_server_that_cannot_start_fails_the_new_run_naming_it(tmp_path: Path) -> None:
+    missing = MCPServer("gone", command=[str(tmp_path / "no-such-server")])
+    agent = Agent("lonely", FunctionModel(lambda messages: "never asked"), tools=[missing])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+        result = await (await system.spawn(agent, "go")).result(timeout=60)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("ConnectionError: could not connect to MCPServer('gone'")
+
+
+def test_an_mcp_server_is_given_one_way_to_connect() -> None:
+    with pytest.raises(ValueError, match=r"exactly one of command= \(stdio\) and url="):
+        MCPServer("both", command=["x"], url="http://localhost/mcp")
+    with pytest.raises(ValueError, match="exactly one"):
+        MCPServer("none")
+    with pytest.raises(ValueError, match="letters, digits"):
+        MCPServer("a b", command=["x"])
+    with pytest.raises(TypeError, match="sequence of str"):
+        MCPServer("s", command="python server.py")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="two tool sources named 's'"):
+        Agent(
+            "a",
+            FunctionModel(lambda m: "x"),
+            tools=[MCPServer("s", command=["x"]), MCPServer("s", url="http://h/mcp")],
+        )
