@@ -39,6 +39,7 @@ from stores import normalize_json as normalize
 
 from .._core import tether_logger
 from .._durable._context import current_context
+from .._durable._errors import SideEffectInDoubt
 from .._durable._idempotent import idempotent
 from .._durable._interrupt import interrupt
 from .._durable._messages import Resume
@@ -124,6 +125,14 @@ class Session:
             context = {"server": self.server.name, "tool": entry["tool"], **asked.asked}
             interrupt(ELICITATION, context)  # raises: the run pauses (a resumed pass is answered)
             raise AssertionError("unreachable") from None  # pragma: no cover
+        except SideEffectInDoubt as doubt:
+            content = (
+                f"Tool '{name}' failed: SideEffectInDoubt: the call of {entry['tool']!r} on MCP server "
+                f"{self.server.name!r} may already have run (a crash cut it before its result was "
+                f"stored); it is not called again: check whether it took effect"
+            )
+            _log.warning("MCP tool call in doubt", server=self.server.name, tool=entry["tool"], key=doubt.key)
+            return ToolOutcome(content=content, ok=False, error="raised")
         except TimeoutError as exc:
             if self.server.timeout is None:
                 content = f"Tool '{name}' failed: {type(exc).__name__}: {exc}"

@@ -79,6 +79,7 @@ async def test_a_crash_inside_a_destructive_tool_is_not_called_again(tmp_path: P
     done = await _child("recover", db, str(log), "d1")
     assert done["status"] == "completed", done
     assert done["output"].startswith("model read: Tool 'delete_record' failed: SideEffectInDoubt:")
+    assert "'delete_record' on MCP server 'records' may already have run" in done["output"]
     assert calls(log) == ["delete_record k9"]  # called once, never again
     async with SQLiteStore(db) as store:
         rows = await store.history("d1")
