@@ -26,7 +26,7 @@ TOP = [
     "replication",
     "tether",
 ]  # in dependency order: each may import only those before it
-PACKAGES = ["stores", "actors", "actors.models", "actors.events", "replication", "tether"]
+PACKAGES = ["stores", "actors", "actors.models", "actors.events", "actors.mcp", "replication", "tether"]
 
 CONTRACT = {
     "actors": [
@@ -61,6 +61,7 @@ CONTRACT = {
         "MaxTurnsExceeded",
     ],
     "actors.models": ["FunctionModel", "ModelReply", "ToolCall", "Message", "OpenAIChat"],
+    "actors.mcp": ["MCPServer"],
     "stores": ["SQLiteStore", "PostgresStore", "Checkpoint", "PendingInterrupt", "open_store"],
 }
 

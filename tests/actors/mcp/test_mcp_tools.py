@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +195,12 @@ def test_an_mcp_server_is_given_one_way_to_connect() -> None:
             FunctionModel(lambda m: "x"),
             tools=[MCPServer("s", command=["x"]), MCPServer("s", url="http://h/mcp")],
         )
+
+
+def test_the_mcp_sdk_is_imported_only_by_actors_mcp() -> None:
+    """The extra is optional: nothing but ``actors.mcp`` imports the SDK."""
+    code = "import sys, actors, actors.models, replication, tether.cli; print(sorted({'mcp', 'actors.mcp'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
