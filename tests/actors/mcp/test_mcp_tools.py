@@ -204,3 +204,29 @@ def test_the_mcp_sdk_is_imported_only_by_actors_mcp() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+async def test_a_fork_of_a_run_with_mcp_tools_offers_them_again(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    seen: list[list[str]] = []
+
+    def model(messages: list[Message], tools: list[dict[str, Any]]) -> str | ModelReply:
+        seen.append(_tool_names(tools))
+        results = [m.content for m in messages if m.role == "tool"]
+        if not results:
+            return ModelReply(tool_calls=[ToolCall("lookup", {"key": "f1"})])
+        return f"{messages[-1].content} after {len(results)} call(s)"
+
+    agent = Agent("forker", FunctionModel(model), tools=[records(log)])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db"), runners=[agent]) as system:
+        base = await (await system.spawn(agent, "go", execution_id="f0")).result(timeout=60)
+        assert base.status == "completed", base.error
+        turn_1 = next(r for r in await system.history("f0") if r.node_id == "turn:1")
+        forked = await system.fork("f0", checkpoint_id=turn_1.checkpoint_id, input="and again")
+        result = await forked.result(timeout=60)
+        rows = await system.history(forked.execution_id)
+    assert result.status == "completed", result.error
+    assert result.output == "and again after 1 call(s)"
+    assert seen[-1] == seen[0] and "lookup" in seen[-1]
+    assert calls(log) == ["lookup f1"]  # the fork re-ran no MCP call
+    assert any("source_tools" in row.state_snapshot for row in rows)  # the fork records its list
