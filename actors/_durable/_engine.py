@@ -134,9 +134,10 @@ class RunEngine(Level):
         return TakeTurn(0)
 
     async def opening(self, messages: Sequence[Message]) -> Next | None:
-        if self.agent.max_turns < 1 or self.agent.sources:
-            # An agent with tool sources writes its first row in its activation, once they are listed.
+        if self.agent.max_turns < 1:
             return None  # the first step refuses the run (MaxTurnsExceeded)
+        if self.agent.sources:
+            return None  # the first step writes it, in the activation, once the tools are listed
         self.rows.start_at(0)
         await self.begin(messages)
         row = self._turn_row(0)
