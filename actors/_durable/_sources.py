@@ -158,12 +158,18 @@ class SourceTool:
 
     async def invoke(self, arguments: dict[str, Any]) -> ToolOutcome:
         """Call the tool on the activation's connection (opened again if it broke: a failure to
-        open it is a tool error the model reads)."""
+        open it is a tool error the model reads). A failed call is a WARNING too."""
         try:
             session = await self.connections.session(self.source)
         except ConnectionError as error:
-            return ToolOutcome(content=f"Tool '{self.name}' failed: {error}", ok=False, error="raised")
-        return await session.call(self.entry, arguments)
+            outcome = ToolOutcome(content=f"Tool '{self.name}' failed: {error}", ok=False, error="raised")
+        else:
+            outcome = await session.call(self.entry, arguments)
+        if not outcome.ok:  # the model reads it; the developer hears of it
+            _log.warning(
+                "tool source call failed", source=self.source.name, tool=self.name, error=outcome.content
+            )
+        return outcome
 
 
 async def offer(

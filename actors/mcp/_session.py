@@ -37,7 +37,6 @@ from stores import canonical_json
 from stores import encode_json as encode
 from stores import normalize_json as normalize
 
-from .._core import tether_logger
 from .._durable._context import current_context
 from .._durable._errors import SideEffectInDoubt
 from .._durable._idempotent import idempotent
@@ -55,7 +54,6 @@ ELICITATION: Final = "elicitation"
 #: How many pages of a server's tool list are read at most (a paginator that never ends).
 _PAGES: Final = 100
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
-_log = tether_logger()
 
 
 @dataclasses.dataclass(slots=True)
@@ -125,13 +123,12 @@ class Session:
             context = {"server": self.server.name, "tool": entry["tool"], **asked.asked}
             interrupt(ELICITATION, context)  # raises: the run pauses (a resumed pass is answered)
             raise AssertionError("unreachable") from None  # pragma: no cover
-        except SideEffectInDoubt as doubt:
+        except SideEffectInDoubt:
             content = (
                 f"Tool '{name}' failed: SideEffectInDoubt: the call of {entry['tool']!r} on MCP server "
                 f"{self.server.name!r} may already have run (a crash cut it before its result was "
                 f"stored); it is not called again: check whether it took effect"
             )
-            _log.warning("MCP tool call in doubt", server=self.server.name, tool=entry["tool"], key=doubt.key)
             return ToolOutcome(content=content, ok=False, error="raised")
         except TimeoutError as exc:
             if self.server.timeout is None:
@@ -141,8 +138,6 @@ class Session:
             return ToolOutcome(content=content, ok=False, error="timeout")
         except Exception as exc:
             content = f"Tool '{name}' failed: {type(exc).__name__}: {exc}"
-            # The model reads the error; the developer gets it too, with where it came from.
-            _log.warning("MCP tool call failed", server=self.server.name, tool=entry["tool"], exc_info=exc)
             return ToolOutcome(content=content, ok=False, error="raised")
         if result["is_error"]:
             return ToolOutcome(content=f"Tool '{name}' failed: {result['content']}", ok=False, error="raised")
