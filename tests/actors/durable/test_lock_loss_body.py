@@ -64,7 +64,15 @@ async def test_a_body_in_flight_at_a_lock_loss_finishes_and_stores_its_result(tm
         charged.append(order)
         return f"charged {order}"
 
-    agent = _agent(charge)
+    went_on: list[str] = []
+
+    async def work(order: str) -> str:
+        result = await charge(order)
+        await anyio.sleep(0.2)  # the tool's own work after the body: never once the lock is lost
+        went_on.append(order)
+        return str(result)
+
+    agent = _agent(work)
     store = SQLiteStore(tmp_path / "t.db")
     async with store, ActorSystem(store, runners=[agent]) as system:
         ref = await system.spawn(agent, "o1", execution_id="run-1")
@@ -76,6 +84,7 @@ async def test_a_body_in_flight_at_a_lock_loss_finishes_and_stores_its_result(tm
         with pytest.raises(OwnershipLost):
             await ref.result(timeout=LIMIT)
         assert charged == ["o1"]
+        assert went_on == []  # the run stopped as soon as the body had stored its result
         entries = await store.cache_entries("run-1")
         assert [entry.value for entry in entries] == ["charged o1"]  # stored before the run stopped
         assert await _rows(store, "run-1") == [
@@ -102,6 +111,52 @@ async def test_a_run_with_no_body_in_flight_stops_at_once_on_a_lock_loss(tmp_pat
         with anyio.fail_after(5):  # not the bound a body in flight gets
             with pytest.raises(OwnershipLost):
                 await ref.result(timeout=LIMIT)
+        assert await _rows(store, "run-1") == [
+            ("turn:0", "llm_call"),
+            ("turn:0/tool:refund", "tool_call"),
+        ]
+
+
+async def test_the_run_waits_for_every_body_in_flight(tmp_path: Path) -> None:
+    """Two bodies of one run in flight at the loss: the first to finish does not stop the other."""
+    entered = {order: anyio.Event() for order in ("a", "b")}
+    go = {order: anyio.Event() for order in ("a", "b")}
+    charged: list[str] = []
+
+    @idempotent
+    async def charge(order: str) -> str:
+        entered[order].set()
+        await go[order].wait()
+        charged.append(order)
+        return f"charged {order}"
+
+    async def both(order: str) -> str:
+        results: dict[str, str] = {}
+
+        async def one(part: str) -> None:
+            results[part] = await charge(part)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "a")
+            tg.start_soon(one, "b")
+        return f"{results['a']} {results['b']}"
+
+    agent = _agent(both)
+    store = SQLiteStore(tmp_path / "t.db")
+    async with store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with anyio.fail_after(LIMIT):
+            await entered["a"].wait()
+            await entered["b"].wait()
+        await _lose_lock(store)
+        go["a"].set()
+        await anyio.sleep(0.2)  # "a" has stored its result; "b" still runs
+        go["b"].set()
+        with pytest.raises(OwnershipLost):
+            await ref.result(timeout=LIMIT)
+        assert sorted(charged) == ["a", "b"]
+        entries = await store.cache_entries("run-1")
+        assert sorted(entry.value for entry in entries) == ["charged a", "charged b"]
         assert await _rows(store, "run-1") == [
             ("turn:0", "llm_call"),
             ("turn:0/tool:refund", "tool_call"),
