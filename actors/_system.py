@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from typing import Self
 
-    from stores import Checkpoint, PendingInterrupt, Store
+    from stores import Checkpoint, PendingInterrupt, Queue, Store
 
     from ._core import Actor, ActorRef, RestartIntensityExceeded
     from ._durable import Cancel, Recover, Resume, Runner, RunResult, RunSummary
@@ -197,23 +197,45 @@ class ActorSystem:
     # -- the fleet (see actors._durable._sweep) -----------------------------------------------------
 
     async def enqueue(
-        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
+        self,
+        runner: Runner,
+        input: str | Sequence[Message],
+        *,
+        execution_id: str | None = None,
+        queue: str = "default",
+        key: str | None = None,
+        priority: int = 0,
     ) -> str:
-        """Write the run's first row and leave it for any process of the fleet to take (a sweep);
-        returns its id. ``execution_id`` defaults to a fresh id; a used one raises ``RunExists``."""
-        return await self._fleet.enqueue(runner, input, execution_id=execution_id)
+        """Write the run's first row and leave it in ``queue`` for any process of the fleet to take
+        (a sweep, under the queue's limits; ``per_key`` counts by ``key``; higher ``priority`` first,
+        then oldest); returns its id. ``execution_id`` defaults to a fresh id; a used one raises
+        ``RunExists``."""
+        return await self._fleet.enqueue(
+            runner, input, execution_id=execution_id, queue=queue, key=key, priority=priority
+        )
 
     async def sweep(self, *, limit: int = 100) -> int:
         """Take each run that needs an owner (queued, or orphaned: its owner died) that this system
         has the runner for, and drive it until it pauses, completes or fails; returns how many."""
         return await self._fleet.sweep(limit=limit)
 
-    async def serve(self, *, concurrency: int = 16, poll: float = 1.0, shutdown_grace: float = 10.0) -> None:
+    async def serve(
+        self,
+        *,
+        concurrency: int = 16,
+        poll: float = 1.0,
+        shutdown_grace: float = 10.0,
+        queues: Sequence[Queue] = (),
+    ) -> None:
         """Run sweeps until cancelled, at most ``concurrency`` runs at once, woken by new work
-        (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds. Cancelled, it gives the runs it took
-        ``shutdown_grace`` seconds to reach their next row, then hands them to the fleet. A store
-        error never ends it: it logs a WARNING and looks again with backoff until the store is back."""
-        await self._fleet.serve(concurrency=concurrency, poll=poll, shutdown_grace=shutdown_grace)
+        (PostgreSQL LISTEN/NOTIFY) and every ``poll`` seconds. ``queues`` gives the fleet those
+        queues' limits (fleet-wide; where workers disagree, a WARNING, and the stricter hold).
+        Cancelled, it gives the runs it took ``shutdown_grace`` seconds to reach their next row, then
+        hands them to the fleet. A store error never ends it: it logs a WARNING and looks again with
+        backoff until the store is back."""
+        await self._fleet.serve(
+            concurrency=concurrency, poll=poll, shutdown_grace=shutdown_grace, queues=queues
+        )
 
     async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
         """Claim the run's pause with ``resume`` without driving it (no runner needed): the fleet
@@ -238,10 +260,17 @@ class ActorSystem:
         return await run_status(await self._durable_store(), execution_id)
 
     async def runs(
-        self, *, status: str | None = None, runner: str | None = None, limit: int = 100
+        self,
+        *,
+        status: str | None = None,
+        runner: str | None = None,
+        limit: int = 100,
+        queue: str | None = None,
     ) -> list[RunSummary]:
-        """Up to ``limit`` runs of the store, newest first, optionally of one status and runner."""
-        return await list_runs(await self._durable_store(), status=status, runner=runner, limit=limit)
+        """Up to ``limit`` runs of the store, newest first, optionally of one status, runner and queue."""
+        return await list_runs(
+            await self._durable_store(), status=status, runner=runner, limit=limit, queue=queue
+        )
 
     async def _durable_store(self) -> Store:
         """The store provider the durable layer is given: the store (through the replicator's

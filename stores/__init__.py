@@ -79,6 +79,7 @@ from ._paths import (
     turn_node,
 )
 from ._protocol import ReplicatedStore, Store
+from ._queues import DEFAULT_QUEUE, Admission, Queue, Work, check_enqueue, parse_queue
 from ._url import open_store
 from ._watch import RowWatch
 from .sqlite import SQLiteStore
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOOKKEEPING_STEPS",
     "COMPLETED",
+    "DEFAULT_QUEUE",
     "FAILED",
     "FORK_ORIGIN",
     "HANDOFF",
@@ -106,6 +108,7 @@ __all__ = [
     "RUN_END",
     "STATUSES",
     "TOOL_CALL",
+    "Admission",
     "AlreadyResumed",
     "CacheEntry",
     "Cached",
@@ -120,6 +123,7 @@ __all__ = [
     "OwnershipLost",
     "PendingInterrupt",
     "PostgresStore",
+    "Queue",
     "ReEntry",
     "ReplicatedStore",
     "RowTooLarge",
@@ -136,8 +140,10 @@ __all__ = [
     "StoreUnavailable",
     "StoredRow",
     "TetherError",
+    "Work",
     "WriteConflict",
     "canonical_json",
+    "check_enqueue",
     "check_execution_id",
     "child_path",
     "conversation_of",
@@ -149,6 +155,7 @@ __all__ = [
     "open_store",
     "parse_node_id",
     "parse_path",
+    "parse_queue",
     "row_state",
     "tool_node",
     "tool_path",

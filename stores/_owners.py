@@ -25,6 +25,7 @@ import anyio
 
 from ._errors import OwnershipLost, RunExists, StoreUnavailable, check_execution_id
 from ._model import new_id
+from ._queues import Admission, Queue, Work, check_enqueue
 
 __all__ = ["LOGGER", "OwnedStore", "Ownership", "taken"]
 
@@ -50,7 +51,17 @@ class Ownership:
     ``store`` names the store in log lines and errors (its ``repr``).
     """
 
-    __slots__ = ("_abandoned", "_listeners", "_lost", "_store", "held", "owner", "taking", "unrecorded")
+    __slots__ = (
+        "_abandoned",
+        "_listeners",
+        "_lost",
+        "_store",
+        "handed",
+        "held",
+        "owner",
+        "taking",
+        "unrecorded",
+    )
 
     def __init__(self, store: object) -> None:
         self._store = store
@@ -61,6 +72,9 @@ class Ownership:
         #: held runs without their ``run_owners`` row: taken to write it with the run's first row,
         #: or deleted with a resting row (the run's next write records it again, checked)
         self.unrecorded: set[str] = set()
+        #: held runs a sweep took under their queue's limits, for the run's next activation here to
+        #: go on with (its take is then written already)
+        self.handed: set[str] = set()
         self._lost: set[str] = set()  # owner ids whose lock was lost
         self._abandoned: set[str] = set()
         self._listeners: list[Listener] = []
@@ -83,6 +97,7 @@ class Ownership:
         run was abandoned (its row stays for whoever takes it over) or not held here."""
         owner = self.held.pop(execution_id, None)
         self._abandoned.discard(execution_id)
+        self.handed.discard(execution_id)
         if execution_id in self.unrecorded:
             self.unrecorded.discard(execution_id)
             return None
@@ -185,8 +200,34 @@ class OwnedStore:
         """Paused runs whose pending row's ``expires_at`` has passed, soonest first."""
         raise NotImplementedError
 
-    async def _orphan_rows(self, limit: int) -> list[str]:
-        """Runs whose row names no owner (queued) or an owner whose liveness lock is free."""
+    async def _work_rows(
+        self, limit: int, full: Sequence[str], full_keys: Sequence[tuple[str, str]]
+    ) -> list[Work]:
+        """Runs whose row names an owner whose liveness lock is free (first), then those that name
+        no owner (queued: higher priority first, then oldest), but for the queued runs of the
+        queues ``full`` and of the (queue, key) pairs ``full_keys``."""
+        raise NotImplementedError
+
+    async def _take_queued_row(self, execution_id: str, owner: str) -> Admission:
+        """Record ``owner`` with the run as ``_take_row`` does, if the limits of the run's queue
+        admit it, in the transaction that holds the queue's row and records the start."""
+        raise NotImplementedError
+
+    async def _hand_off_row(
+        self, execution_id: str, owner: str, queue: str, key: str | None, priority: int
+    ) -> None:
+        """Hand the run ``owner`` holds to the fleet in ``queue`` with ``key`` and ``priority``
+        (recorded for good in ``run_queues``), in one transaction."""
+        raise NotImplementedError
+
+    async def _declare_row(self, queue: Queue, owner: str) -> tuple[Queue | None, Queue]:
+        """Record ``owner``'s limits of the queue, in one transaction: the stricter of them and a
+        live other declarer's (:func:`~stores._queues.stricter`). Returns that other declaration
+        (``None``: none) and the limits now in force."""
+        raise NotImplementedError
+
+    async def _queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """The queue and key each of these runs was enqueued with (absent: not enqueued)."""
         raise NotImplementedError
 
     async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
@@ -212,6 +253,10 @@ class OwnedStore:
         """Take ownership of the run; ``False`` if it is held in this store or by a live owner."""
         check_execution_id(execution_id)
         own = self._own
+        if execution_id in own.handed and execution_id in own.held:
+            own.handed.discard(execution_id)  # a sweep took it for this activation
+            own.check(execution_id)
+            return True
         if not own.begin(execution_id):
             return False
         taken: str | None = None
@@ -289,8 +334,95 @@ class OwnedStore:
     async def orphans(self, limit: int = 100) -> list[str]:
         """Runs that need an owner: handed off (queued), or owned by an owner that died or lost its
         lock. Oldest first, at most ``limit``; never a run a live owner holds."""
+        return [work.execution_id for work in await self.work(limit)]
+
+    async def work(
+        self, limit: int = 100, *, full: Sequence[str] = (), full_keys: Sequence[tuple[str, str]] = ()
+    ) -> list[Work]:
+        """:meth:`orphans` with the queue and key of each: the runs of dead owners first, then the
+        queued ones, higher priority first, then oldest; not the queued runs of the queues ``full``
+        nor of the (queue, key) pairs ``full_keys`` (a sweep's pass found them full)."""
         await self._hold()
-        return await self._orphan_rows(limit)
+        return await self._work_rows(limit, list(full), list(full_keys))
+
+    # -- flow control (stores._queues) -------------------------------------------------------------
+
+    async def take_queued(self, execution_id: str) -> Admission:
+        """A sweep's take of the run, under the limits of the queue it was enqueued in (a run of no
+        queue, or of a queue without limits, is taken as :meth:`try_lock` takes it, without its
+        re-checks). Taken, the run is held here, and the run's next activation in this process
+        goes on with this take (its :meth:`try_lock` writes nothing); :meth:`untake` releases a
+        take no activation used."""
+        check_execution_id(execution_id)
+        own = self._own
+        if not own.begin(execution_id):
+            return Admission(False)
+        owner = await self._hold_or_end(execution_id)
+        admission = Admission(False)
+        try:
+            # Shielded (and bounded) as a take is: its outcome must be known.
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
+                admission = await self._take_queued_row(execution_id, owner)
+            if scope.cancelled_caught:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
+                    await self._release_row(execution_id, owner)
+                raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
+        finally:
+            own.end(execution_id, owner if admission.taken else None)
+        if admission.taken:
+            own.handed.add(execution_id)
+            if own.is_lost(owner):
+                own.check(execution_id)
+        return admission
+
+    async def _hold_or_end(self, execution_id: str) -> str:
+        try:
+            return await self._hold()
+        except BaseException:
+            self._own.end(execution_id, None)
+            raise
+
+    async def untake(self, execution_id: str) -> None:
+        """Release a :meth:`take_queued` take that no activation went on with (else nothing)."""
+        if execution_id in self._own.handed:
+            await self.unlock(execution_id)
+
+    async def hand_off(
+        self, execution_id: str, queue: str, key: str | None = None, priority: int = 0
+    ) -> None:
+        """:meth:`unlock` for a run just enqueued: handed to the fleet in ``queue``, with ``key`` and
+        ``priority`` recorded (a sweep takes higher priorities first, then the oldest)."""
+        check_execution_id(execution_id)
+        check_enqueue(queue, key, priority)
+        owner = self._own.release(execution_id)
+        if owner is not None:
+            await self._hand_off_row(execution_id, owner, queue, key, priority)
+
+    async def declare_queues(self, queues: Sequence[Queue]) -> list[Queue]:
+        """Give the fleet these queues' limits (a serving process does at its start). Where a live
+        process gave other limits, a WARNING names both, and the stricter hold. The limits in force."""
+        found = []
+        for queue in queues:
+            if not isinstance(queue, Queue):
+                raise TypeError(f"queues takes Queue objects, not {type(queue).__name__}")
+            other, held = await self._declare_row(queue, await self._hold())
+            if other is not None and other != queue:
+                LOGGER.warning(
+                    "workers disagree on the limits of queue %r: this one gives %r, a live one gave %r; "
+                    "the stricter hold: %r",
+                    queue.name,
+                    queue,
+                    other,
+                    held,
+                )
+            found.append(held)
+        return found
+
+    async def queues_of(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """The queue and key each of these runs was enqueued with (runs not enqueued are absent)."""
+        if not execution_ids:
+            return {}
+        return await self._queue_rows(list(execution_ids))
 
     async def expired(self, limit: int = 100) -> list[str]:
         """Paused runs past the deadline of their pause (``interrupt(..., expires_in=)``), soonest

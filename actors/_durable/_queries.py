@@ -43,7 +43,8 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     runner finishes it), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
     the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
     ``error`` are a finished run's; ``version`` the runner version the run was recorded under
-    (``None``: an unversioned run), which a resume must find registered (``docs/versions.md``).
+    (``None``: an unversioned run), which a resume must find registered (``docs/versions.md``);
+    ``queue`` and ``key`` those it was enqueued with (``None``: it was not enqueued).
     """
 
     execution_id: str
@@ -57,13 +58,21 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     error: str | None = None
     pending: PendingInterrupt | None = None
     version: str | None = None
+    queue: str | None = None
+    key: str | None = None
 
 
 def summarise(
-    head: RunHead, owned: bool, pending: PendingInterrupt | None = None, *, queued: bool = False
+    head: RunHead,
+    owned: bool,
+    pending: PendingInterrupt | None = None,
+    *,
+    queued: bool = False,
+    queue: tuple[str, str | None] | None = None,
 ) -> RunSummary:
     """The summary of a run from its head, whether a live process owns it, its pending row, and
-    whether it waits in the fleet's queue (``queued``: handed to the fleet at its first row)."""
+    whether it waits in the fleet's queue (``queued``: handed to the fleet at its first row), and
+    the queue and key it was enqueued with."""
     state = head.state
     status: RunStatusName
     if state == "unfinished":
@@ -92,19 +101,17 @@ def summarise(
         error=str(error) if error is not None else None,
         pending=pending,
         version=version if isinstance(version, str) else None,
+        queue=queue[0] if queue is not None else None,
+        key=queue[1] if queue is not None else None,
     )
 
 
-async def _queued(store: Store, heads: list[RunHead], owned: set[str]) -> set[str]:
-    """Of the unowned runs still at their first row, those the fleet holds for a worker (enqueued).
-
-    A store without a fleet's ownership record (no ``unowned``) has no queue."""
+async def _unowned(store: Store, heads: list[RunHead]) -> set[str]:
+    """Of the unfinished runs still at their first row, those handed to the fleet and not yet taken
+    (enqueued). Read before the live owners: a run taken between the two reads is then read as
+    owned, never as neither. A store without a fleet's ownership record has no queue."""
     unowned = getattr(store, "unowned", None)
-    first = [
-        h.execution_id
-        for h in heads
-        if h.state == "unfinished" and h.seq == 0 and h.execution_id not in owned
-    ]
+    first = [h.execution_id for h in heads if h.state == "unfinished" and h.seq == 0]
     if not first or not callable(unowned):
         return set()
     found: set[str] = await unowned(first)
@@ -113,8 +120,13 @@ async def _queued(store: Store, heads: list[RunHead], owned: set[str]) -> set[st
 
 async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
     unfinished = [h.execution_id for h in heads if h.state == "unfinished"]
+    unowned = await _unowned(store, heads)
     owned = await store.owned(unfinished) if unfinished else set()
-    queued = await _queued(store, heads, owned)
+    queued = unowned - owned
+    queues_of = getattr(store, "queues_of", None)
+    queues: dict[str, tuple[str, str | None]] = (
+        await queues_of([h.execution_id for h in heads]) if callable(queues_of) and heads else {}
+    )
     out = []
     for head in heads:
         pending = None
@@ -122,7 +134,7 @@ async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
             found = await store.pending(head.execution_id)
             pending = found[0] if found else None
         eid = head.execution_id
-        out.append(summarise(head, eid in owned, pending, queued=eid in queued))
+        out.append(summarise(head, eid in owned, pending, queued=eid in queued, queue=queues.get(eid)))
     return out
 
 
@@ -135,9 +147,14 @@ async def run_status(store: Store, execution_id: str) -> RunSummary:
 
 
 async def list_runs(
-    store: Store, *, status: str | None = None, runner: str | None = None, limit: int = 100
+    store: Store,
+    *,
+    status: str | None = None,
+    runner: str | None = None,
+    limit: int = 100,
+    queue: str | None = None,
 ) -> list[RunSummary]:
-    """Up to ``limit`` runs, newest first, optionally of one status and one runner's name.
+    """Up to ``limit`` runs, newest first, optionally of one status, one runner's name and one queue.
 
     An unknown status or a limit below 1 raises ``ValueError`` before anything is read.
     """
@@ -145,14 +162,20 @@ async def list_runs(
         raise ValueError(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive int, not {limit!r}")
+    if queue is not None and not isinstance(queue, str):
+        raise ValueError(f"queue must be a queue's name, not {queue!r}")
     state = "unfinished" if status in ("running", "orphaned", "approved", "queued") else status
-    if state == status:  # the rows alone decide: one read
+    if state == status and queue is None:  # the rows alone decide: one read
         return await _summaries(store, await store.heads(runner=runner, state=state, limit=limit))
     found: list[RunSummary] = []
     before = None
     while len(found) < limit:
         heads = await store.heads(runner=runner, state=state, before=before, limit=_PAGE)
-        found += [s for s in await _summaries(store, heads) if s.status == status]
+        found += [
+            s
+            for s in await _summaries(store, heads)
+            if (status is None or s.status == status) and (queue is None or s.queue == queue)
+        ]
         if len(heads) < _PAGE:
             break
         before = (heads[-1].updated_at, heads[-1].execution_id)

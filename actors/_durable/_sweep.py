@@ -24,17 +24,23 @@ lists without reading the resting runs. Here:
   lists it: this process's sweeps take it again themselves.
 * :meth:`Fleet.claim` claims a pause without a runner: the ``resume`` row with the decision, then the
   run released, so handed to the fleet, whose sweep finishes it.
+
+Flow control is the store's (``stores._queues``): a run is enqueued into a queue with a key and a
+priority, and a sweep admits the runs it takes one by one under their queue's fleet-wide limits
+(``._admission``) before it drives them; ``serve(queues=...)`` gives those limits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 
 from stores import (
+    DEFAULT_QUEUE,
     HITL_PAUSE,
     INTERRUPTED,
     LLM_CALL,
@@ -43,15 +49,19 @@ from stores import (
     RUN_END,
     AlreadyResumed,
     PendingInterrupt,
+    Queue,
     RunExists,
     RunNotFound,
     Store,
     StoreError,
+    Work,
+    check_enqueue,
 )
 
 from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
+from ._admission import admit
 from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
@@ -100,17 +110,28 @@ class Fleet:
     # -- the queue --------------------------------------------------------------------------------
 
     async def enqueue(
-        self, runner: Runner, input: str | Sequence[Message], *, execution_id: str | None = None
+        self,
+        runner: Runner,
+        input: str | Sequence[Message],
+        *,
+        execution_id: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        key: str | None = None,
+        priority: int = 0,
     ) -> str:
-        """Write the run's first row and leave the run for any process of the fleet to take.
+        """Write the run's first row and leave the run in ``queue`` for any process of the fleet to
+        take, under the queue's limits (``key`` is what ``per_key`` counts by; higher ``priority``
+        first, then oldest).
 
         The runner is an :class:`~actors.Agent` (a Swarm or a Supervisor starts with ``spawn``)."""
         if not isinstance(runner, Agent):
             raise TypeError(f"enqueue takes an Agent runner, not {type(runner).__name__}; spawn it instead")
+        check_enqueue(queue, key, priority)
         run_id, messages = self._runs.first_messages(runner, input, execution_id)
         store = _fleet_store(await self._store())
         if not await store.try_lock(run_id):
             raise RunExists(f"run {run_id!r} is owned by a live process")
+        handed = False
         try:
             rows = RunLog(
                 store,
@@ -131,9 +152,15 @@ class Fleet:
                     agent_path=runner.label,
                 )
             )
+            hand_off = getattr(store, "hand_off", None)
+            if hand_off is not None:  # into its queue (else an unlock hands it to the fleet)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                    await hand_off(run_id, queue, key, priority)
+                    handed = True
         finally:  # released mid-step, the run is handed to the fleet
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
-                await store.unlock(run_id)
+            if not handed:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                    await store.unlock(run_id)
         return run_id
 
     async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
@@ -186,18 +213,37 @@ class Fleet:
 
         async with anyio.create_task_group() as tg:
             expired = await self._expire(store, limit)
-            orphans = await self._orphans(store, limit - len(expired)) if len(expired) < limit else []
+            admitted: list[str] = []
+            if len(expired) < limit:
+                room = limit - len(expired)
+                listing = functools.partial(self._orphans, store, room, set(expired))
+                admitted, _ = await admit(store, listing, room, self._runs.is_live, self._retake.add)
             # A pause claimed here is then an orphan too: each run is taken once.
-            for execution_id in dict.fromkeys([*expired, *orphans]):
+            for execution_id in dict.fromkeys([*expired, *admitted]):
                 tg.start_soon(take, execution_id)
         return taken
 
-    async def _orphans(self, store: Any, limit: int) -> list[str]:
-        """Up to ``limit`` orphans to take (those waiting for a runner this process lacks are
-        skipped without a read), then the runs this process let go in an outage."""
-        waiting = self._still_waiting()
-        found = [eid for eid in await store.orphans(limit + len(waiting)) if eid not in waiting]
-        return list(dict.fromkeys([*found[:limit], *sorted(self._retake)]))[:limit]
+    async def _orphans(
+        self,
+        store: Any,
+        limit: int,
+        busy: set[str],
+        full: list[str] | None = None,
+        full_keys: list[tuple[str, str]] | None = None,
+    ) -> list[Work]:
+        """Up to ``limit`` orphans to take, not ``busy`` ones (those waiting for a runner this
+        process lacks are skipped without a read) nor the queued runs of ``full`` queues and
+        ``full_keys``, then the runs this process let go in an outage."""
+        skip = self._still_waiting() | busy
+        listing = getattr(store, "work", None)
+        if listing is not None:
+            found: list[Work] = await listing(limit + len(skip), full=full or (), full_keys=full_keys or ())
+        else:
+            found = [Work(eid) for eid in await store.orphans(limit + len(skip))]
+        found = [work for work in found if work.execution_id not in skip][:limit]
+        listed = {work.execution_id for work in found}
+        found += [Work(eid) for eid in sorted(self._retake) if eid not in listed and eid not in skip]
+        return found[:limit]
 
     def _waiting(self, execution_id: str, runner: str, version: str | None) -> None:
         """The run's runner (``runner`` of ``version``) is not here: leave the run alone (nothing is
@@ -236,19 +282,26 @@ class Fleet:
             claimed.append(execution_id)
         return claimed
 
-    async def serve(self, *, concurrency: int, poll: float, shutdown_grace: float) -> None:
+    async def serve(
+        self, *, concurrency: int, poll: float, shutdown_grace: float, queues: Sequence[Queue] = ()
+    ) -> None:
         """Sweep until cancelled, at most ``concurrency`` runs at once; new work wakes it at once on
-        PostgreSQL (``LISTEN``/``NOTIFY``), and it looks every ``poll`` seconds in any case. Cancelling
-        it stops taking work and gives the runs it took ``shutdown_grace`` seconds to reach their next
-        row; then each is handed to the fleet (stopped, nothing written, its ownership released) for
-        any worker's sweep to go on with."""
+        PostgreSQL (``LISTEN``/``NOTIFY``), and it looks every ``poll`` seconds in any case (sooner
+        when a queue's rate admits a start). ``queues`` gives the fleet those queues' limits.
+        Cancelling it stops taking work and gives the runs it took ``shutdown_grace`` seconds to
+        reach their next row; then each is handed to the fleet (stopped, nothing written, its
+        ownership released) for any worker's sweep to go on with."""
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an int of at least 1, not {concurrency!r}")
         if not poll > 0:
             raise ValueError(f"poll must be a positive number of seconds, not {poll!r}")
         if not shutdown_grace >= 0:
             raise ValueError(f"shutdown_grace must be a number of seconds >= 0, not {shutdown_grace!r}")
+        queues = _checked_queues(queues)
         store = _fleet_store(await self._store())
+        if queues:
+            await _queue_store(store).declare_queues(queues)
+        retry_in: float | None = None
         in_flight: set[str] = set()
         driving: set[str] = set()  # the runs taken by this serve and still driven
         wake: anyio.Event  # a fresh one before each look
@@ -280,11 +333,16 @@ class Fleet:
                             stop = await listen(woken)
                         if room > 0:
                             await self._expire(store, room)
-                            for execution_id in await self._orphans(store, room + len(in_flight)):
-                                if execution_id not in in_flight and len(in_flight) < concurrency:
-                                    in_flight.add(execution_id)
-                                    driving.add(execution_id)
-                                    tg.start_soon(drive, execution_id)
+                            admitted, retry_in = await admit(
+                                store,
+                                functools.partial(self._orphans, store, room, in_flight),
+                                room,
+                                self._runs.is_live,
+                            )
+                            for execution_id in admitted:
+                                in_flight.add(execution_id)
+                                driving.add(execution_id)
+                                tg.start_soon(drive, execution_id)
                     except StoreError as error:  # the store reconnects meanwhile; serving goes on
                         if not failing:
                             _log.warning("store unusable: serve looks again", error=repr(error))
@@ -295,7 +353,7 @@ class Fleet:
                     if failing:
                         _log.warning("store usable again: serve goes on")
                         failing, backoff = False, _FIRST_BACKOFF
-                    with anyio.move_on_after(poll):
+                    with anyio.move_on_after(poll if retry_in is None else min(poll, retry_in)):
                         await wake.wait()
         finally:
             with anyio.CancelScope(shield=True):
@@ -307,7 +365,20 @@ class Fleet:
 
     async def _take(self, store: Any, execution_id: str) -> bool:
         """Take one orphan and drive it; ``False`` when it was not taken (another process has it, this
-        system lacks its runner, or its newest row is a resting row)."""
+        system lacks its runner, or its newest row is a resting row). An admitted take that no
+        activation went on with is released after."""
+        try:
+            return await self._drive(store, execution_id)
+        finally:
+            untake = getattr(store, "untake", None)
+            if untake is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                    try:
+                        await untake(execution_id)
+                    except StoreError:  # it may still name this process: its sweeps take it again
+                        self._retake.add(execution_id)
+
+    async def _drive(self, store: Any, execution_id: str) -> bool:
         if self._runs.is_live(execution_id):
             return False
         try:
@@ -346,6 +417,27 @@ class Fleet:
             return False
         self._retake.discard(execution_id)
         return True
+
+
+def _checked_queues(queues: object) -> list[Queue]:
+    """``serve``'s queues, each a :class:`~actors.Queue` and named once."""
+    if isinstance(queues, Queue | str) or not isinstance(queues, Sequence):
+        raise TypeError(f"queues must be a sequence of Queue, not {type(queues).__name__}")
+    names: set[str] = set()
+    for queue in queues:
+        if not isinstance(queue, Queue):
+            raise TypeError(f"queues must hold Queue objects, not {type(queue).__name__}")
+        if queue.name in names:
+            raise ValueError(f"queue {queue.name!r} is given twice")
+        names.add(queue.name)
+    return list(queues)
+
+
+def _queue_store(store: Any) -> Any:
+    """The store's flow-control surface; a store without it cannot enforce a queue's limits."""
+    if not callable(getattr(store, "declare_queues", None)):
+        raise TypeError(f"{store!r} does not enforce queue limits, so serve cannot take queues")
+    return store
 
 
 def _resting(step_type: str, status: str) -> bool:

@@ -56,20 +56,6 @@ q AS (UPDATE {{s}}.run_owners SET owner = NULL, owner_key = NULL, since = now()
       WHERE execution_id = $1 AND owner = $2 AND NOT coalesce((SELECT resting FROM n), true)
       RETURNING execution_id)
 SELECT pg_notify($3, q.execution_id) FROM q""",
-    # Runs whose owner's lock is free (recovery first), then queued runs, oldest first; the owners
-    # are few (one per process), the runs found through the owner index.
-    "orphans": f"""
-WITH dead AS (
-    SELECT DISTINCT owner_key FROM {{s}}.run_owners WHERE owner_key IS NOT NULL
-    EXCEPT {HELD_KEYS}
-)
-SELECT execution_id FROM (
-    (SELECT execution_id, since, 1 AS queued FROM {{s}}.run_owners WHERE owner IS NULL
-     ORDER BY since LIMIT $1)
-    UNION ALL
-    (SELECT execution_id, since, 0 FROM {{s}}.run_owners WHERE owner_key IN (SELECT owner_key FROM dead)
-     ORDER BY since LIMIT $1)
-) found ORDER BY queued, since LIMIT $1""",
     "owned": f"""
 SELECT execution_id FROM {{s}}.run_owners
 WHERE execution_id = ANY($1::text[]) AND owner_key IN ({HELD_KEYS})""",

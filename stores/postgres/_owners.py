@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final, TypeVar
 
 import anyio
@@ -21,6 +22,7 @@ import asyncpg
 from .._base import StoreState
 from .._errors import store_closed
 from .._owners import Ownership, taken
+from .._queues import Admission, Queue, Work, stricter
 from ._bridge import Bridge
 from ._connection import connect_lock_connection
 from ._locks import LivenessLock, owner_key
@@ -115,10 +117,70 @@ class LockOwners:
         with self._lost():
             return [r[0] for r in await pool.fetch(self._owner_sql["expired"], limit)]
 
-    async def _orphan_rows(self, limit: int) -> list[str]:
+    async def _work_rows(
+        self, limit: int, full: Sequence[str], full_keys: Sequence[tuple[str, str]]
+    ) -> list[Work]:
+        pool = await self._ready()
+        queues, keys = [q for q, _ in full_keys], [k for _, k in full_keys]
+        with self._lost():
+            return [
+                Work(*r) for r in await pool.fetch(self._owner_sql["work"], limit, list(full), queues, keys)
+            ]
+
+    async def _take_queued_row(self, execution_id: str, owner: str) -> Admission:
         pool = await self._ready()
         with self._lost():
-            return [r[0] for r in await pool.fetch(self._owner_sql["orphans"], limit)]
+            key = owner_key(self.schema, owner)
+            found = await pool.fetchrow(self._owner_sql["take_queued"], execution_id, owner, key)
+        assert found is not None
+        return Admission(bool(found[0]), found[1], found[2])
+
+    async def _hand_off_row(
+        self, execution_id: str, owner: str, queue: str, key: str | None, priority: int
+    ) -> None:
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(
+                self._owner_sql["hand_off"], execution_id, owner, queue, key, priority, self.work_channel
+            )
+
+    async def _declare_row(self, queue: Queue, owner: str) -> tuple[Queue | None, Queue]:
+        pool = await self._ready()
+        sql = self._owner_sql
+        with self._lost():
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(sql["declare_lock"], queue.name)
+                found = await conn.fetchrow(sql["declared"], queue.name, owner)
+                assert found is not None
+                other = None
+                if found["other_live"]:
+                    count, window = found["rate_count"], found["rate_window"]
+                    rate = (
+                        (count, timedelta(seconds=window))
+                        if count is not None and window is not None
+                        else None
+                    )
+                    other = Queue(
+                        queue.name, concurrency=found["concurrency"], per_key=found["per_key"], rate=rate
+                    )
+                held = queue if other is None else stricter(other, queue)
+                await conn.execute(
+                    sql["declare"],
+                    held.name,
+                    held.concurrency,
+                    held.per_key,
+                    held.rate[0] if held.rate is not None else None,
+                    held.window,
+                    owner,
+                    owner_key(self.schema, owner),
+                )
+        return other, held
+
+    async def _queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        pool = await self._ready()
+        with self._lost():
+            found = await pool.fetch(self._owner_sql["queues_of"], list(execution_ids))
+        return {r[0]: (r[1], r[2]) for r in found}
 
     async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         pool = await self._ready()

@@ -11,11 +11,12 @@ from typing import Final
 import asyncpg
 
 from .._errors import newer_schema
+from ._queue_sql import TAKE_FUNCTION
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -126,6 +127,40 @@ ALTER TABLE {s}.idempotency_cache ADD COLUMN synced boolean NOT NULL DEFAULT fal
 CREATE INDEX idempotency_cache_unsynced_idx ON {s}.idempotency_cache (created_at) WHERE NOT synced;
 CREATE TABLE {s}.replica (attached_at timestamptz NOT NULL);
 """,
+    ),
+    # Flow control: a queued run's queue, key and priority ride on its run_owners row (a sweep
+    # takes higher priorities first); run_queues keeps them for good (RunSummary); queues holds
+    # each queue's limits in force and the start times its rate counts; take_queued is a sweep's
+    # take under those limits (stores.postgres._queue_sql).
+    (
+        6,
+        """
+ALTER TABLE {s}.run_owners ADD COLUMN queue text, ADD COLUMN key text,
+    ADD COLUMN priority integer NOT NULL DEFAULT 0;
+DROP INDEX IF EXISTS {s}.run_owners_queued_idx;
+CREATE INDEX run_owners_waiting_idx ON {s}.run_owners (priority DESC, since) WHERE owner IS NULL;
+CREATE INDEX run_owners_queue_idx ON {s}.run_owners (queue, key) WHERE queue IS NOT NULL;
+CREATE TABLE {s}.queues (
+    name text PRIMARY KEY,
+    concurrency integer,
+    per_key integer,
+    rate_count integer,
+    rate_window double precision,
+    starts double precision[] NOT NULL DEFAULT '{}',
+    declared_by text,
+    declared_key bigint,
+    declared_at timestamptz
+);
+CREATE TABLE {s}.run_queues (
+    execution_id text PRIMARY KEY,
+    queue text NOT NULL,
+    key text,
+    priority integer NOT NULL,
+    enqueued_at timestamptz NOT NULL
+);
+CREATE INDEX run_queues_queue_idx ON {s}.run_queues (queue);
+"""
+        + TAKE_FUNCTION,
     ),
 )
 

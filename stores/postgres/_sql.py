@@ -199,7 +199,8 @@ SELECT checkpoint_id FROM (SELECT r.checkpoint_id, {_NOTICE} FROM r) n""",
     "delete_run": """
 WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
 p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
-k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1)
+k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1),
+q AS (DELETE FROM {s}.run_queues WHERE execution_id = $1)
 SELECT count(*) FROM c""",
     "cache_get": "SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2",
     "cache_put": """

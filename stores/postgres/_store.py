@@ -58,6 +58,7 @@ from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
 from ._outbox import Outbox
 from ._owners import LockOwners
+from ._queue_sql import QUEUE_SQL
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schema import migrate
 from ._sql import notice_channel, statements
@@ -105,7 +106,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
         self._pool: asyncpg.Pool | None = None
         self._setup_lock = anyio.Lock()
         self._liveness = LivenessLock(schema, self._own, self._lock_connection, self._lost, connect_timeout)
-        self._owner_sql = {k: v.replace("{s}", f'"{schema}"') for k, v in OWNER_SQL.items()}
+        self._owner_sql = {k: v.replace("{s}", f'"{schema}"') for k, v in {**OWNER_SQL, **QUEUE_SQL}.items()}
         #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
         self.work_channel = f"tether_work_{advisory_key(schema, 'work') & 0xFFFF_FFFF_FFFF:x}"
         self._queue: list[Queued] = []

@@ -33,10 +33,11 @@ from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
 from .._owners import Op, Ownership, taken
 
 __all__ = [
+    "TAKE_SQL",
     "WATCH_INTERVAL",
     "LivenessFile",
+    "dead_owners",
     "expired_rows",
-    "orphan_rows",
     "owned_rows",
     "release_row",
     "ride",
@@ -51,6 +52,11 @@ _FLOCK: Final = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, 
 WATCH_INTERVAL: Final = 0.2
 
 _NOW: Final = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
+#: Record an owner with the run (its previous owner checked by the caller).
+TAKE_SQL: Final = (
+    f"INSERT INTO run_owners (execution_id, owner, since) VALUES (?, ?, {_NOW}) "
+    "ON CONFLICT (execution_id) DO UPDATE SET owner = excluded.owner, since = excluded.since"
+)
 
 _open_files: weakref.WeakSet[LivenessFile] = weakref.WeakSet()
 
@@ -188,11 +194,7 @@ def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: Live
     found = conn.execute("SELECT owner FROM run_owners WHERE execution_id = ?", (execution_id,)).fetchone()
     if found is not None and found[0] is not None and found[0] != owner and lock.alive(found[0]):
         return False
-    conn.execute(
-        f"INSERT INTO run_owners (execution_id, owner, since) VALUES (?, ?, {_NOW}) "
-        "ON CONFLICT (execution_id) DO UPDATE SET owner = excluded.owner, since = excluded.since",
-        (execution_id, owner),
-    )
+    conn.execute(TAKE_SQL, (execution_id, owner))
     return True
 
 
@@ -234,25 +236,10 @@ def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock:
     return run
 
 
-def orphan_rows(conn: sqlite3.Connection, limit: int, lock: LivenessFile) -> list[str]:
-    """Runs whose owner's byte is unlocked (recovery first), then queued runs, oldest first."""
+def dead_owners(conn: sqlite3.Connection, lock: LivenessFile) -> list[str]:
+    """The owners recorded with runs whose byte is unlocked (dead, or lost their lock)."""
     owners = [o for (o,) in conn.execute("SELECT DISTINCT owner FROM run_owners WHERE owner IS NOT NULL")]
-    dead = [o for o in owners if not lock.alive(o)]
-    found: list[str] = []
-    if dead:  # recovery first, then the queue
-        marks = ", ".join("?" for _ in dead)
-        found = [
-            eid
-            for (eid,) in conn.execute(
-                f"SELECT execution_id FROM run_owners WHERE owner IN ({marks}) ORDER BY since LIMIT ?",
-                (*dead, limit),
-            )
-        ]
-    queued = conn.execute(
-        "SELECT execution_id FROM run_owners WHERE owner IS NULL ORDER BY since LIMIT ?",
-        (limit - len(found),),
-    )
-    return found + [eid for (eid,) in queued]
+    return [o for o in owners if not lock.alive(o)]
 
 
 def owned_rows(conn: sqlite3.Connection, execution_ids: Sequence[str], lock: LivenessFile | None) -> set[str]:

@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .._model import utcnow
 from .._owners import Op
+from .._queues import Admission, Queue, Work
 from ._locks import (
     LivenessFile,
     expired_rows,
-    orphan_rows,
     owned_rows,
     release_row,
     ride,
     take_row,
     unowned_rows,
 )
+from ._queues import declare_row, hand_off_row, queue_rows, take_queued_row, work_rows
 from ._rows import ts
 
 __all__ = ["FileOwners"]
@@ -62,9 +63,27 @@ class FileOwners:
         now = ts(utcnow())
         return await self._read(lambda c: expired_rows(c, now, limit))
 
-    async def _orphan_rows(self, limit: int) -> list[str]:
+    async def _work_rows(
+        self, limit: int, full: Sequence[str], full_keys: Sequence[tuple[str, str]]
+    ) -> list[Work]:
         lock = self._liveness
-        return await self._read(lambda c: orphan_rows(c, limit, lock))
+        return await self._read(lambda c: work_rows(c, limit, lock, full, full_keys))
+
+    async def _take_queued_row(self, execution_id: str, owner: str) -> Admission:
+        lock = self._liveness
+        return await self._write(lambda c: take_queued_row(c, execution_id, owner, lock))
+
+    async def _hand_off_row(
+        self, execution_id: str, owner: str, queue: str, key: str | None, priority: int
+    ) -> None:
+        await self._write(lambda c: hand_off_row(c, execution_id, owner, queue, key, priority))
+
+    async def _declare_row(self, queue: Queue, owner: str) -> tuple[Queue | None, Queue]:
+        lock = self._liveness
+        return await self._write(lambda c: declare_row(c, queue, owner, lock))
+
+    async def _queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        return await self._read(lambda c: queue_rows(c, execution_ids))
 
     async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         return await self._read(lambda c: unowned_rows(c, execution_ids))

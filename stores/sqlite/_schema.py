@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -125,6 +125,35 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
     # Cache entries ride the outbox too; ``replica`` remembers that a replicator was attached
     # (prune then keeps what the plane has not accepted).
     6: _cache_outbox,
+    # Flow control: a queued run's queue, key and priority ride on its run_owners row (a sweep
+    # takes higher priorities first); run_queues keeps them for good (RunSummary); queues holds
+    # each queue's limits in force and the start times its rate counts (stores._queues).
+    7: (
+        "ALTER TABLE run_owners ADD COLUMN queue TEXT",
+        "ALTER TABLE run_owners ADD COLUMN key TEXT",
+        "ALTER TABLE run_owners ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "DROP INDEX IF EXISTS run_owners_queued",
+        "CREATE INDEX run_owners_waiting ON run_owners (priority DESC, since) WHERE owner IS NULL",
+        "CREATE INDEX run_owners_queue ON run_owners (queue, key) WHERE queue IS NOT NULL",
+        """CREATE TABLE queues (
+            name TEXT PRIMARY KEY,
+            concurrency INTEGER,
+            per_key INTEGER,
+            rate_count INTEGER,
+            rate_window REAL,
+            starts TEXT NOT NULL DEFAULT '[]',
+            declared_by TEXT,
+            declared_at TEXT
+        )""",
+        """CREATE TABLE run_queues (
+            execution_id TEXT PRIMARY KEY,
+            queue TEXT NOT NULL,
+            key TEXT,
+            priority INTEGER NOT NULL,
+            enqueued_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX run_queues_queue ON run_queues (queue)",
+    ),
 }
 
 

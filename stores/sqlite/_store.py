@@ -355,7 +355,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
         def run(conn: sqlite3.Connection) -> int:
             deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
             lower_outbox_mark(conn)
-            for table in ("pending_interrupts", "idempotency_cache"):
+            for table in ("pending_interrupts", "idempotency_cache", "run_queues"):
                 conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
             return int(deleted)
 

@@ -473,6 +473,8 @@ async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE outbox")  # back to schema 2: the index, no mark (and no schema 4)
     conn.execute("DROP TABLE run_owners")
+    conn.execute("DROP TABLE queues")  # and no schema 7
+    conn.execute("DROP TABLE run_queues")
     conn.execute("DROP INDEX pending_interrupts_expiry")
     conn.execute("ALTER TABLE pending_interrupts DROP COLUMN expires_at")
     v1 = _MIGRATIONS[1]

@@ -1,0 +1,85 @@
+"""A sweep's admission: which of the runs that need an owner this process takes now, one by one, in
+the order the store lists them (the runs of dead owners, then the queued ones, higher priority
+first, then oldest), each under its queue's fleet-wide limits (``stores._queues``).
+
+The store's take (``take_queued``) writes the take, so a run admitted here is held by this process
+before any task drives it; its activation goes on with that take. A refusal by a queue's limits
+skips the queue's other runs for the rest of the pass (by ``per_key``: the key's runs); a refusal
+by the rate says when to look again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from stores import Admission, Work
+
+__all__ = ["admit"]
+
+
+#: How many listings one pass reads at most: each after the one before found a queue or key full.
+_ROUNDS = 4
+#: A pass's listing: the runs needing an owner, but for the queued runs of the full queues and of
+#: the full (queue, key) pairs it is given.
+Listing = Callable[[list[str], list[tuple[str, str]]], Awaitable[list[Work]]]
+
+
+class _Pass:
+    """What one pass learnt of its queues: which are full, and the soonest a rate admits a start."""
+
+    __slots__ = ("full", "full_keys", "retry_in")
+
+    def __init__(self) -> None:
+        self.full: set[str] = set()
+        self.full_keys: set[tuple[str, str]] = set()
+        self.retry_in: float | None = None
+
+    def skips(self, work: Work) -> bool:
+        queue, key = work.queue, work.key
+        return queue is not None and (
+            queue in self.full or (key is not None and (queue, key) in self.full_keys)
+        )
+
+    def refused(self, work: Work, admission: Admission) -> None:
+        if work.queue is not None and admission.full == "key" and work.key is not None:
+            self.full_keys.add((work.queue, work.key))
+        elif work.queue is not None and admission.full is not None:
+            self.full.add(work.queue)
+        if admission.retry_in is not None:
+            soonest = max(admission.retry_in, 0.0)
+            self.retry_in = soonest if self.retry_in is None else min(self.retry_in, soonest)
+
+
+async def admit(
+    store: Any, listing: Listing, room: int, live: Callable[[str], bool]
+) -> tuple[list[str], float | None]:
+    """Take up to ``room`` of the runs ``listing`` gives, in order (not those ``live`` here); once
+    a queue or key is found full, the listing is read again without it (so the runs of one full
+    queue never hide another queue's). The ids taken and the seconds until a rate admits another
+    start (``None``: no rate refused). A store without queues (no ``take_queued``) admits every run
+    listed, for its activation to take."""
+    take = getattr(store, "take_queued", None)
+    found = _Pass()
+    taken: list[str] = []
+    tried: set[str] = set()
+    for _ in range(_ROUNDS):
+        known = len(found.full) + len(found.full_keys)
+        for work in await listing(sorted(found.full), sorted(found.full_keys)):
+            eid = work.execution_id
+            if len(taken) >= room:
+                break
+            if eid in tried or live(eid) or found.skips(work):
+                continue
+            tried.add(eid)
+            if take is None:
+                taken.append(eid)
+                continue
+            admission: Admission = await take(eid)
+            if admission.taken:
+                taken.append(eid)
+            else:
+                found.refused(work, admission)
+        if len(taken) >= room or len(found.full) + len(found.full_keys) == known:
+            break
+    return taken, found.retry_in
