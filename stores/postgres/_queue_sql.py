@@ -25,42 +25,42 @@ CREATE OR REPLACE FUNCTION {{s}}.take_queued(eid text, taker text, taker_key big
     OUT took boolean, OUT refused text, OUT retry_in double precision)
 LANGUAGE plpgsql VOLATILE AS $take$
 DECLARE
-    run_queue text;
-    run_key text;
-    limit_all integer;
-    limit_key integer;
-    rate_count integer;
-    rate_window double precision;
-    recent double precision[];
-    live integer;
-    keyed integer;
-    now_s double precision;
+    v_run_queue text;
+    v_run_key text;
+    v_limit_all integer;
+    v_limit_key integer;
+    v_rate_count integer;
+    v_rate_window double precision;
+    v_recent double precision[];
+    v_live integer;
+    v_keyed integer;
+    v_now_s double precision;
 BEGIN
     took := false;
-    SELECT o.queue, o.key INTO run_queue, run_key FROM {{s}}.run_owners o WHERE o.execution_id = eid;
-    IF run_queue IS NOT NULL THEN
+    SELECT o.queue, o.key INTO v_run_queue, v_run_key FROM {{s}}.run_owners o WHERE o.execution_id = eid;
+    IF v_run_queue IS NOT NULL THEN
         SELECT q.concurrency, q.per_key, q.rate_count, q.rate_window, q.starts
-        INTO limit_all, limit_key, rate_count, rate_window, recent
-        FROM {{s}}.queues q WHERE q.name = run_queue FOR UPDATE;
-        IF limit_all IS NOT NULL OR (limit_key IS NOT NULL AND run_key IS NOT NULL) THEN
-            SELECT count(*), count(*) FILTER (WHERE o.key = run_key) INTO live, keyed
+        INTO v_limit_all, v_limit_key, v_rate_count, v_rate_window, v_recent
+        FROM {{s}}.queues q WHERE q.name = v_run_queue FOR UPDATE;
+        IF v_limit_all IS NOT NULL OR (v_limit_key IS NOT NULL AND v_run_key IS NOT NULL) THEN
+            SELECT count(*), count(*) FILTER (WHERE o.key = v_run_key) INTO v_live, v_keyed
             FROM {{s}}.run_owners o
-            WHERE o.queue = run_queue AND o.execution_id <> eid AND o.owner_key IN ({HELD_KEYS});
-            IF limit_all IS NOT NULL AND live >= limit_all THEN
+            WHERE o.queue = v_run_queue AND o.execution_id <> eid AND o.owner_key IN ({HELD_KEYS});
+            IF v_limit_all IS NOT NULL AND v_live >= v_limit_all THEN
                 refused := 'queue';
                 RETURN;
             END IF;
-            IF limit_key IS NOT NULL AND run_key IS NOT NULL AND keyed >= limit_key THEN
+            IF v_limit_key IS NOT NULL AND v_run_key IS NOT NULL AND v_keyed >= v_limit_key THEN
                 refused := 'key';
                 RETURN;
             END IF;
         END IF;
-        IF rate_count IS NOT NULL THEN
-            now_s := extract(epoch FROM clock_timestamp());
-            recent := recent[greatest(1, coalesce(array_length(recent, 1), 0) - rate_count + 1):];
-            IF coalesce(array_length(recent, 1), 0) >= rate_count AND now_s - recent[1] < rate_window THEN
+        IF v_rate_count IS NOT NULL THEN
+            v_now_s := extract(epoch FROM clock_timestamp());
+            v_recent := v_recent[greatest(1, coalesce(array_length(v_recent, 1), 0) - v_rate_count + 1):];
+            IF coalesce(array_length(v_recent, 1), 0) >= v_rate_count AND v_now_s - v_recent[1] < v_rate_window THEN
                 refused := 'rate';
-                retry_in := recent[1] + rate_window - now_s;
+                retry_in := v_recent[1] + v_rate_window - v_now_s;
                 RETURN;
             END IF;
         END IF;
@@ -72,10 +72,10 @@ BEGIN
         WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({HELD_KEYS})
     RETURNING true INTO took;
     took := coalesce(took, false);
-    IF took AND rate_count IS NOT NULL THEN
-        recent := recent || now_s;
-        UPDATE {{s}}.queues SET starts = recent[greatest(1, array_length(recent, 1) - rate_count + 1):]
-        WHERE name = run_queue;
+    IF took AND v_rate_count IS NOT NULL THEN
+        v_recent := v_recent || v_now_s;
+        UPDATE {{s}}.queues SET starts = v_recent[greatest(1, array_length(v_recent, 1) - v_rate_count + 1):]
+        WHERE name = v_run_queue;
     END IF;
 END
 $take$;
