@@ -1,4 +1,4 @@
-"""``tether runs [--status S] [--runner NAME] [--limit N] [--json]``: how the store's runs stand.
+"""``tether runs [--status S] [--runner NAME] [--queue Q] [--limit N] [--json]``: how the store's runs stand.
 
 The ``VERSION`` column is the runner version each run was recorded under (``-``: unversioned): a
 queued or orphaned run that stays so waits for a worker with that version (``docs/versions.md``).
@@ -29,6 +29,7 @@ def summary_detail(summary: RunSummary) -> str:
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", choices=STATUSES, help="only runs of this status")
     parser.add_argument("--runner", metavar="NAME", help="only runs of the runner of this name")
+    parser.add_argument("--queue", metavar="Q", help="only runs enqueued in this queue")
     parser.add_argument(
         "--limit", type=positive, default=100, metavar="N", help="at most N runs (default 100)"
     )
@@ -37,7 +38,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _run(args: argparse.Namespace) -> int:
     async with opened_system(args.store) as system:
-        found = await system.runs(status=args.status, runner=args.runner, limit=args.limit)
+        found = await system.runs(status=args.status, runner=args.runner, limit=args.limit, queue=args.queue)
     if args.json:
         emit_json(found)
         return 0

@@ -1,8 +1,10 @@
-"""``tether worker --runner module:attr [--concurrency N] [--poll SECONDS]``: a process of the fleet.
+"""``tether worker --runner module:attr [--concurrency N] [--poll SECONDS] [--queue SPEC ...]``: a
+process of the fleet.
 
 It serves the store (``system.serve``): it takes queued runs, runs whose owner died and claimed
 pauses, at most ``--concurrency`` at once, until it is interrupted (Ctrl-C or SIGTERM); runs it was
-driving then stay recoverable, and another worker takes them over.
+driving then stay recoverable, and another worker takes them over. Each ``--queue
+NAME:concurrency=3,per_key=1,rate=10/60s`` gives the fleet that queue's limits (fleet-wide).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import argparse
 import signal
 
 import anyio
+
+from stores import Queue, parse_queue
 
 from ._command import Command
 from ._common import add_runner, opened_system, positive
@@ -29,11 +33,27 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _queue(text: str) -> Queue:
+    """A queue's limits, ``NAME:concurrency=3,per_key=1,rate=10/60s`` (an argparse ``type``)."""
+    try:
+        return parse_queue(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     add_runner(parser, required=True, what="whose runs this worker drives")
     parser.add_argument("--concurrency", type=positive, default=16, help="runs at once (default 16)")
     parser.add_argument(
         "--poll", type=_seconds, default=1.0, help="seconds between looks for work (default 1.0)"
+    )
+    parser.add_argument(
+        "--queue",
+        type=_queue,
+        action="append",
+        default=[],
+        metavar="NAME:LIMITS",
+        help="a queue's fleet-wide limits, e.g. llm:concurrency=3,per_key=1,rate=10/60s (repeatable)",
     )
 
 
@@ -50,7 +70,7 @@ async def _run(args: argparse.Namespace) -> int:
                         return
 
             tg.start_soon(stop_on_signal)
-            await system.serve(concurrency=args.concurrency, poll=args.poll)
+            await system.serve(concurrency=args.concurrency, poll=args.poll, queues=args.queue)
     return 0
 
 
