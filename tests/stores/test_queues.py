@@ -26,7 +26,9 @@ def first_row(execution_id: str) -> Checkpoint:
     return Checkpoint(execution_id=execution_id, seq=0, runner="a", node_id="turn:0", state_snapshot={})
 
 
-async def enqueued(store: Store, execution_id: str, queue: str, key: str | None = None, priority: int = 0) -> None:
+async def enqueued(
+    store: Store, execution_id: str, queue: str, key: str | None = None, priority: int = 0
+) -> None:
     """A run's first row, handed to the fleet in ``queue`` (what ``system.enqueue`` writes)."""
     assert await store.try_lock(execution_id)
     await store.append(first_row(execution_id))
