@@ -2,6 +2,7 @@
 among many resting runs.
 
     python -m benchmarks.fleet [--runs 200] [--backend sqlite|postgres] [--resting 1000,100000] [--tiny]
+    python -m benchmarks.fleet --queues [--runs 200] [--backend sqlite|postgres] [--tiny]
 
 The work is a small refund: an offline model asks for ``refund(order)``, the tool runs (a sync
 tool in a worker thread) and the run answers (3 step rows and ``run_end``). Each measurement uses
@@ -17,6 +18,9 @@ a fresh database (SQLite: WAL, ``synchronous=FULL``; PostgreSQL: a fresh schema)
   of one run; the target is the larger store within 1.3x of the smaller one.
 
 Every run is verified (one ``run_end``, completed, the tool's charge once per run).
+
+With ``--queues``: the take rate of a queue with every limit set against a queue with none, and the
+statements each take sends (``benchmarks/_queues.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import asyncpg
 from actors import ActorSystem, Agent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from benchmarks._common import PG_DSN, median
+from benchmarks._queues import report, take_rates
 from stores import RECOVER, RUN_END, TOOL_CALL, PostgresStore, SQLiteStore, Store
 
 TARGET = 1.3
@@ -297,7 +302,17 @@ async def serve(backend: str, target: str, schema: str, go: str, pause: str, con
         await system.serve(concurrency=int(concurrency), poll=0.05)
 
 
+async def queues(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with fresh(args.backend, Path(tmp)) as where:
+            found = await take_rates(where.open, args.runs, args.rounds)
+    report(args.backend, args.runs, args.rounds, found)
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.queues:
+        await queues(args)
+        return
     resting = [int(n) for n in args.resting.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -341,10 +356,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--resting", default="1000,100000")
     parser.add_argument("--tiny", action="store_true", help="a smoke-test size")
+    parser.add_argument("--queues", action="store_true", help="the take rate of a limited queue")
     args = parser.parse_args(argv)
-    args.workers, args.kill_runs, args.samples = (2, 4), 40, 30
+    args.workers, args.kill_runs, args.samples, args.rounds = (2, 4), 40, 30, 7
     if args.tiny:
         args.runs, args.workers, args.kill_runs, args.samples, args.resting = 12, (2,), 12, 5, "100,1000"
+        args.rounds = 2
     return args
 
 

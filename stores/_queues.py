@@ -3,17 +3,18 @@
 A run enqueued into a queue carries the queue's name, its ``key`` and its ``priority`` in its
 ``run_owners`` row (and, for good, in ``run_queues``, which ``RunSummary`` reads). The serving
 processes give a queue's limits (:meth:`~stores._owners.OwnedStore.declare_queues`); the store keeps
-one row per queue in ``queues``: the limits in force and the start times of its last
-``rate[0]`` starts. A sweep takes a queued run with :meth:`~stores._owners.OwnedStore.take_queued`,
+one row per queue in ``queues`` (the limits in force) and the times of its last ``rate[0]`` starts
+in ``queue_starts``. A sweep takes a queued run with :meth:`~stores._owners.OwnedStore.take_queued`,
 in ONE transaction that holds the queue's row (PostgreSQL: ``FOR UPDATE`` in the store's take
 function; SQLite: the writer's ``BEGIN IMMEDIATE``), so the limits are fleet-wide:
 
 * ``concurrency``: the runs of the queue whose recorded owner's liveness lock is held, other than
   the run taken, number fewer than it. A dead worker's runs stop counting the moment its lock goes.
 * ``per_key``: the same, among the runs with the run's ``key`` (a run without a key has no such limit).
-* ``rate = (n, window)``: fewer than ``n`` starts in the ``window`` before now: the oldest of the
-  last ``n`` recorded starts is at least ``window`` old. A take records its start in the same
-  transaction.
+* ``rate = (n, window)``: fewer than ``n`` starts in the ``window`` before now: the ``n``-th most
+  recent recorded start is at least ``window`` old. A take records its start in the same
+  transaction, in ``queue_starts``: ``n`` slots per queue, the oldest overwritten (:func:`start_slot`),
+  so recording a start writes one small row whatever ``n`` is.
 
 :func:`admit` is that rule, as SQLite applies it; PostgreSQL applies the same rule in SQL
 (``stores.postgres._queue_sql``). Runs taken any other way (``spawn``, a person's resume) carry no
@@ -24,23 +25,29 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from typing import Any, Final, NamedTuple
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "TRIM_STARTS",
     "Admission",
     "Queue",
     "Work",
     "admit",
     "check_enqueue",
     "parse_queue",
-    "recorded_starts",
+    "start_slot",
     "stricter",
 ]
 
+#: Keep a queue's most recent ``count`` starts (after a declaration that may lower it): the queue's
+#: name twice and the count, in either backend's placeholders once ``?`` is replaced.
+TRIM_STARTS: Final = (
+    "DELETE FROM queue_starts WHERE queue = ? AND slot NOT IN "
+    "(SELECT slot FROM queue_starts WHERE queue = ? ORDER BY at DESC LIMIT ?)"
+)
 #: The queue of a run enqueued without one.
 DEFAULT_QUEUE: Final = "default"
 #: The longest queue name and key (they are stored and indexed).
@@ -153,26 +160,28 @@ def stricter(a: Queue, b: Queue) -> Queue:
     )
 
 
-def recorded_starts(starts: Sequence[float], queue: Queue, now: float) -> list[float]:
-    """The start times a queue's row keeps after a start at ``now``: its last ``rate[0]``."""
-    if queue.rate is None:
-        return []
-    return [*starts, now][-queue.rate[0] :]
+def start_slot(recorded: int, top: int | None, oldest: int | None, count: int) -> int:
+    """The slot of ``queue_starts`` a new start is written to: a new one (past the ``top`` slot)
+    while the queue has fewer than ``count`` starts (``recorded``), else the oldest start's. A
+    declaration that lowers ``count`` keeps the most recent ``count`` starts, so a queue never
+    has more: its oldest start is then its ``count``-th most recent."""
+    if recorded < count or oldest is None:
+        return 0 if top is None else top + 1
+    return oldest
 
 
-def admit(queue: Queue, live: int, keyed: int | None, starts: Sequence[float], now: float) -> Admission:
+def admit(queue: Queue, live: int, keyed: int | None, nth: float | None, now: float) -> Admission:
     """Whether a run of ``queue`` may start now: ``live`` runs of the queue (``keyed`` of them with
-    the run's key; ``None``: the run has none) are owned by live owners, and ``starts`` are the
-    queue's recorded start times (epoch seconds, oldest first)."""
+    the run's key; ``None``: the run has none) are owned by live owners, and ``nth`` is the time of
+    the queue's ``rate[0]``-th most recent start (epoch seconds; ``None``: fewer were recorded)."""
     if queue.concurrency is not None and live >= queue.concurrency:
         return Admission(False, "queue")
     if queue.per_key is not None and keyed is not None and keyed >= queue.per_key:
         return Admission(False, "key")
-    if queue.rate is not None:
-        count, window = queue.rate[0], queue.rate[1].total_seconds()
-        recent = list(starts)[-count:]
-        if len(recent) >= count and now - recent[0] < window:
-            return Admission(False, "rate", recent[0] + window - now)
+    if queue.rate is not None and nth is not None:
+        window = queue.rate[1].total_seconds()
+        if now - nth < window:
+            return Admission(False, "rate", nth + window - now)
     return Admission(True)
 
 

@@ -174,6 +174,8 @@ class LockOwners:
                     owner,
                     owner_key(self.schema, owner),
                 )
+                if held.rate is not None:
+                    await conn.execute(sql["trim_starts"], held.name, held.rate[0])
         return other, held
 
     async def _queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:

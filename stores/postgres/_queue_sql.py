@@ -25,57 +25,72 @@ CREATE OR REPLACE FUNCTION {{s}}.take_queued(eid text, taker text, taker_key big
     OUT took boolean, OUT refused text, OUT retry_in double precision)
 LANGUAGE plpgsql VOLATILE AS $take$
 DECLARE
-    v_run_queue text;
-    v_run_key text;
+    v_queue text;
+    v_key text;
     v_limit_all integer;
     v_limit_key integer;
     v_rate_count integer;
     v_rate_window double precision;
-    v_recent double precision[];
+    v_held bigint[];
     v_live integer;
     v_keyed integer;
-    v_now_s double precision;
+    v_now double precision;
+    v_nth double precision;
+    v_recorded integer;
+    v_slot integer;
 BEGIN
     took := false;
-    SELECT o.queue, o.key INTO v_run_queue, v_run_key FROM {{s}}.run_owners o WHERE o.execution_id = eid;
-    IF v_run_queue IS NOT NULL THEN
-        SELECT q.concurrency, q.per_key, q.rate_count, q.rate_window, q.starts
-        INTO v_limit_all, v_limit_key, v_rate_count, v_rate_window, v_recent
-        FROM {{s}}.queues q WHERE q.name = v_run_queue FOR UPDATE;
-        IF v_limit_all IS NOT NULL OR (v_limit_key IS NOT NULL AND v_run_key IS NOT NULL) THEN
-            SELECT count(*), count(*) FILTER (WHERE o.key = v_run_key) INTO v_live, v_keyed
+    SELECT o.queue, o.key INTO v_queue, v_key FROM {{s}}.run_owners o WHERE o.execution_id = eid;
+    IF v_queue IS NOT NULL THEN
+        -- Held until the take commits: every take of the queue waits here, and what follows reads
+        -- what the takes before this one committed (a fresh snapshot per statement).
+        SELECT q.concurrency, q.per_key, q.rate_count, q.rate_window
+        INTO v_limit_all, v_limit_key, v_rate_count, v_rate_window
+        FROM {{s}}.queues q WHERE q.name = v_queue FOR UPDATE;
+        IF v_limit_all IS NOT NULL OR (v_limit_key IS NOT NULL AND v_key IS NOT NULL) THEN
+            v_held := ARRAY({HELD_KEYS});
+            SELECT count(*), count(*) FILTER (WHERE o.key = v_key) INTO v_live, v_keyed
             FROM {{s}}.run_owners o
-            WHERE o.queue = v_run_queue AND o.execution_id <> eid AND o.owner_key IN ({HELD_KEYS});
+            WHERE o.queue = v_queue AND o.execution_id <> eid AND o.owner_key = ANY(v_held);
             IF v_limit_all IS NOT NULL AND v_live >= v_limit_all THEN
                 refused := 'queue';
                 RETURN;
             END IF;
-            IF v_limit_key IS NOT NULL AND v_run_key IS NOT NULL AND v_keyed >= v_limit_key THEN
+            IF v_limit_key IS NOT NULL AND v_key IS NOT NULL AND v_keyed >= v_limit_key THEN
                 refused := 'key';
                 RETURN;
             END IF;
         END IF;
         IF v_rate_count IS NOT NULL THEN
-            v_now_s := extract(epoch FROM clock_timestamp());
-            v_recent := v_recent[greatest(1, coalesce(array_length(v_recent, 1), 0) - v_rate_count + 1):];
-            IF coalesce(array_length(v_recent, 1), 0) >= v_rate_count AND v_now_s - v_recent[1] < v_rate_window THEN
+            v_now := extract(epoch FROM clock_timestamp());
+            SELECT s.at INTO v_nth FROM {{s}}.queue_starts s WHERE s.queue = v_queue
+            ORDER BY s.at DESC OFFSET v_rate_count - 1 LIMIT 1;
+            IF v_nth IS NOT NULL AND v_now - v_nth < v_rate_window THEN
                 refused := 'rate';
-                retry_in := v_recent[1] + v_rate_window - v_now_s;
+                retry_in := v_nth + v_rate_window - v_now;
                 RETURN;
             END IF;
         END IF;
+    END IF;
+    IF v_held IS NULL THEN
+        v_held := ARRAY({HELD_KEYS});
     END IF;
     INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since)
     VALUES (eid, taker, taker_key, now())
     ON CONFLICT (execution_id) DO UPDATE
         SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
-        WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({HELD_KEYS})
+        WHERE o.owner IS NULL OR o.owner = excluded.owner OR NOT o.owner_key = ANY(v_held)
     RETURNING true INTO took;
     took := coalesce(took, false);
     IF took AND v_rate_count IS NOT NULL THEN
-        v_recent := v_recent || v_now_s;
-        UPDATE {{s}}.queues SET starts = v_recent[greatest(1, array_length(v_recent, 1) - v_rate_count + 1):]
-        WHERE name = v_run_queue;
+        -- One of rate_count slots per queue: the next, else the oldest start's.
+        SELECT count(*), coalesce(max(s.slot) + 1, 0) INTO v_recorded, v_slot
+        FROM {{s}}.queue_starts s WHERE s.queue = v_queue;
+        IF v_recorded >= v_rate_count THEN
+            SELECT s.slot INTO v_slot FROM {{s}}.queue_starts s WHERE s.queue = v_queue ORDER BY s.at LIMIT 1;
+        END IF;
+        INSERT INTO {{s}}.queue_starts AS s (queue, slot, at) VALUES (v_queue, v_slot, v_now)
+        ON CONFLICT (queue, slot) DO UPDATE SET at = excluded.at;
     END IF;
 END
 $take$;
@@ -102,6 +117,8 @@ SELECT pg_notify($6, q.execution_id) FROM q""",
 SELECT concurrency, per_key, rate_count, rate_window,
        declared_by IS NOT NULL AND declared_by <> $2 AND declared_key IN ({HELD_KEYS}) AS other_live
 FROM {{s}}.queues WHERE name = $1 FOR UPDATE""",
+    "trim_starts": "DELETE FROM {s}.queue_starts WHERE queue = $1 AND slot NOT IN "
+    "(SELECT slot FROM {s}.queue_starts WHERE queue = $1 ORDER BY at DESC LIMIT $2)",
     "declare": """
 UPDATE {s}.queues SET concurrency = $2, per_key = $3, rate_count = $4, rate_window = $5,
     declared_by = $6, declared_key = $7, declared_at = now()

@@ -130,7 +130,7 @@ CREATE TABLE {s}.replica (attached_at timestamptz NOT NULL);
     ),
     # Flow control: a queued run's queue, key and priority ride on its run_owners row (a sweep
     # takes higher priorities first); run_queues keeps them for good (RunSummary); queues holds
-    # each queue's limits in force and the start times its rate counts; take_queued is a sweep's
+    # each queue's limits in force, queue_starts the start times its rate counts; take_queued is a sweep's
     # take under those limits (stores.postgres._queue_sql).
     (
         6,
@@ -146,7 +146,6 @@ CREATE TABLE {s}.queues (
     per_key integer,
     rate_count integer,
     rate_window double precision,
-    starts double precision[] NOT NULL DEFAULT '{}',
     declared_by text,
     declared_key bigint,
     declared_at timestamptz
@@ -159,6 +158,13 @@ CREATE TABLE {s}.run_queues (
     enqueued_at timestamptz NOT NULL
 );
 CREATE INDEX run_queues_queue_idx ON {s}.run_queues (queue);
+CREATE TABLE {s}.queue_starts (
+    queue text NOT NULL,
+    slot integer NOT NULL,
+    at double precision NOT NULL,
+    PRIMARY KEY (queue, slot)
+);
+CREATE INDEX queue_starts_at_idx ON {s}.queue_starts (queue, at);
 """
         + TAKE_FUNCTION,
     ),

@@ -2,9 +2,10 @@
 the store's writer or reader. The writer's ``BEGIN IMMEDIATE`` serializes every take of the file, so
 the counts a take reads are those it commits with.
 
-A limited take is three statements: the run's ``run_owners`` row joined with its queue's row and the
-owners of the queue's other runs (one read), the take, and the start recorded in the queue's row
-(with a rate); an unlimited take is the read and the take, as :func:`~._locks.take_row` is.
+A limited take is three statements: the run's ``run_owners`` row joined with its queue's row, the
+owners of the queue's other runs and its recorded starts (one read), the take, and the start
+recorded (with a rate: one slot of ``queue_starts`` written); an unlimited take is the read and the
+take, as :func:`~._locks.take_row` is.
 """
 
 from __future__ import annotations
@@ -15,22 +16,33 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
-from .._json import decode, encode
-from .._queues import Admission, Queue, Work, admit, recorded_starts, stricter
+from .._json import decode
+from .._queues import TRIM_STARTS, Admission, Queue, Work, admit, start_slot, stricter
 from ._locks import TAKE_SQL, LivenessFile, dead_owners
 
 __all__ = ["declare_row", "hand_off_row", "queue_rows", "take_queued_row", "work_rows"]
 
 _NOW: Final = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
-# The run's owner, queue and key, its queue's limits and recorded starts, and (when a count limits
-# the queue) the owner and key of each of the queue's other owned runs, as a JSON array.
+# The run's owner, queue and key, its queue's limits; when a count limits the queue, the owner and
+# key of each of the queue's other owned runs (a JSON array); with a rate, how many starts are
+# recorded and the top slot, and the oldest start and its slot (a queue keeps at most rate_count
+# starts, so with rate_count of them the oldest is the rate_count-th most recent).
 _LOOKUP: Final = """
-SELECT o.owner, o.queue, o.key, q.name, q.concurrency, q.per_key, q.rate_count, q.rate_window, q.starts,
+SELECT o.owner, o.queue, o.key, q.name, q.concurrency, q.per_key, q.rate_count, q.rate_window,
        CASE WHEN q.concurrency IS NOT NULL OR (q.per_key IS NOT NULL AND o.key IS NOT NULL) THEN
            (SELECT json_group_array(json_array(r.owner, r.key)) FROM run_owners r
             WHERE r.queue = o.queue AND r.owner IS NOT NULL AND r.execution_id <> o.execution_id)
+       END,
+       CASE WHEN q.rate_count IS NOT NULL THEN
+           (SELECT json_array(count(*), max(s.slot)) FROM queue_starts s WHERE s.queue = o.queue) END,
+       CASE WHEN q.rate_count IS NOT NULL THEN
+           (SELECT json_array(s.at, s.slot) FROM queue_starts s WHERE s.queue = o.queue ORDER BY s.at LIMIT 1)
        END
 FROM run_owners o LEFT JOIN queues q ON q.name = o.queue WHERE o.execution_id = ?"""
+_START: Final = (
+    "INSERT INTO queue_starts (queue, slot, at) VALUES (?, ?, ?) "
+    "ON CONFLICT (queue, slot) DO UPDATE SET at = excluded.at"
+)
 
 
 def _queue(
@@ -45,13 +57,16 @@ def take_queued_row(conn: sqlite3.Connection, execution_id: str, owner: str, loc
     queue's limits refuse it; a start is recorded in the queue's row."""
     found = conn.execute(_LOOKUP, (execution_id,)).fetchone()
     queue: Queue | None = None
+    key = others = slots = oldest = None
     if found is not None:
-        held_by, _, key, name, concurrency, per_key, count, window, starts, others = found
+        held_by, _, key, name, concurrency, per_key, count, window, others, slots, oldest = found
         if held_by is not None and held_by != owner and lock.alive(held_by):
             return Admission(False)
         if name is not None:
             queue = _queue(name, concurrency, per_key, count, window)
     now = time.time()
+    recorded, top = decode(slots) if slots is not None else (0, None)
+    first, first_slot = decode(oldest) if oldest is not None else (None, None)
     if queue is not None and queue.limited:
         live = keyed = 0
         alive: dict[str, bool] = {}
@@ -59,13 +74,14 @@ def take_queued_row(conn: sqlite3.Connection, execution_id: str, owner: str, loc
             if alive.setdefault(other, lock.alive(other)):
                 live += 1
                 keyed += other_key == key
-        admission = admit(queue, live, keyed if key is not None else None, decode(starts), now)
+        nth = first if queue.rate is not None and recorded >= queue.rate[0] else None
+        admission = admit(queue, live, keyed if key is not None else None, nth, now)
         if not admission.taken:
             return admission
     conn.execute(TAKE_SQL, (execution_id, owner))
     if queue is not None and queue.rate is not None:
-        ring = recorded_starts(decode(starts), queue, now)
-        conn.execute("UPDATE queues SET starts = ? WHERE name = ?", (encode(ring).decode(), queue.name))
+        slot = start_slot(recorded, top, first_slot, queue.rate[0])
+        conn.execute(_START, (queue.name, slot, now))
     return Admission(True)
 
 
@@ -113,6 +129,8 @@ def declare_row(
             owner,
         ),
     )
+    if held.rate is not None:
+        conn.execute(TRIM_STARTS, (held.name, held.name, held.rate[0]))
     return other, held
 
 

@@ -127,7 +127,7 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
     6: _cache_outbox,
     # Flow control: a queued run's queue, key and priority ride on its run_owners row (a sweep
     # takes higher priorities first); run_queues keeps them for good (RunSummary); queues holds
-    # each queue's limits in force and the start times its rate counts (stores._queues).
+    # each queue's limits in force, queue_starts the start times its rate counts (stores._queues).
     7: (
         "ALTER TABLE run_owners ADD COLUMN queue TEXT",
         "ALTER TABLE run_owners ADD COLUMN key TEXT",
@@ -141,10 +141,16 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
             per_key INTEGER,
             rate_count INTEGER,
             rate_window REAL,
-            starts TEXT NOT NULL DEFAULT '[]',
             declared_by TEXT,
             declared_at TEXT
         )""",
+        """CREATE TABLE queue_starts (
+            queue TEXT NOT NULL,
+            slot INTEGER NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (queue, slot)
+        )""",
+        "CREATE INDEX queue_starts_at ON queue_starts (queue, at)",
         """CREATE TABLE run_queues (
             execution_id TEXT PRIMARY KEY,
             queue TEXT NOT NULL,

@@ -17,7 +17,7 @@ import pytest
 from conftest import Backend
 
 from stores import Admission, Checkpoint, Queue, Store, parse_queue
-from stores._queues import admit, stricter
+from stores._queues import admit, start_slot, stricter
 
 pytestmark = pytest.mark.anyio
 
@@ -92,12 +92,14 @@ def test_the_stricter_of_two_declarations_holds() -> None:
 
 def test_admit_counts_slots_keys_and_the_rate_window() -> None:
     q = Queue("q", concurrency=2, per_key=1, rate=(2, timedelta(seconds=10)))
-    assert admit(q, 1, 0, [], 100.0) == Admission(True)
-    assert admit(q, 2, 0, [], 100.0) == Admission(False, "queue")
-    assert admit(q, 1, 1, [], 100.0) == Admission(False, "key")
-    assert admit(q, 1, None, [], 100.0) == Admission(True)  # no key: no per-key limit
-    assert admit(q, 0, 0, [95.0, 96.0], 100.0) == Admission(False, "rate", 5.0)
-    assert admit(q, 0, 0, [80.0, 90.0, 96.0], 100.0) == Admission(True)  # the last 2: 90 is 10 s old
+    assert admit(q, 1, 0, None, 100.0) == Admission(True)
+    assert admit(q, 2, 0, None, 100.0) == Admission(False, "queue")
+    assert admit(q, 1, 1, None, 100.0) == Admission(False, "key")
+    assert admit(q, 1, None, None, 100.0) == Admission(True)  # no key: no per-key limit
+    assert admit(q, 0, 0, 95.0, 100.0) == Admission(False, "rate", 5.0)  # the 2nd most recent: 5 s ago
+    assert admit(q, 0, 0, 90.0, 100.0) == Admission(True)  # 10 s ago: out of the window
+    assert start_slot(0, None, None, 2) == 0 and start_slot(1, 0, 0, 2) == 1
+    assert start_slot(2, 1, 0, 2) == 0  # full: the oldest start's slot
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -118,7 +120,7 @@ async def test_concurrency_holds_across_stores_and_a_closed_stores_slots_free_at
         assert await b.take_queued("r0") == Admission(False)  # a live owner holds it
         await a.close()  # its liveness lock goes: r0's slot is free, r0 an orphan
         with anyio.fail_after(10):
-            while not (await b.take_queued("r2")).taken:  # type: ignore[attr-defined]
+            while not (await b.take_queued("r2")).taken:  # type: ignore[attr-defined]  # noqa: ASYNC110
                 await anyio.sleep(0.005)
         assert await b.take_queued("r3") == Admission(False, "queue")  # type: ignore[attr-defined]
         assert "r0" in await b.orphans()
@@ -165,12 +167,13 @@ async def test_a_rate_admits_n_starts_per_window_and_says_when_the_next_fits(sto
             await enqueued(a, f"r{i}", "r")
         assert (await a.take_queued("r0")).taken  # type: ignore[attr-defined]
         assert (await b.take_queued("r1")).taken  # type: ignore[attr-defined]
+        both_out = anyio.current_time() + 0.6 + 0.05  # both starts are out of the window then
         refused = await b.take_queued("r2")  # type: ignore[attr-defined]
         assert refused.taken is False and refused.full == "rate"
         assert refused.retry_in is not None and 0.3 < refused.retry_in <= 0.6
         await a.unlock("r0")  # a run that ends frees no start: the window does
         assert (await a.take_queued("r2")).full == "rate"  # type: ignore[attr-defined]
-        await anyio.sleep(refused.retry_in + 0.05)  # both starts are out of the window now
+        await anyio.sleep(both_out - anyio.current_time())
         assert (await a.take_queued("r2")).taken  # type: ignore[attr-defined]
         assert (await b.take_queued("r3")).taken  # type: ignore[attr-defined]
         assert (await b.take_queued("r4")).full == "rate"  # type: ignore[attr-defined]
