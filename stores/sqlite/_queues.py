@@ -23,15 +23,19 @@ from ._locks import TAKE_SQL, LivenessFile, dead_owners
 __all__ = ["declare_row", "hand_off_row", "queue_rows", "take_queued_row", "work_rows"]
 
 _NOW: Final = "strftime('%Y-%m-%dT%H:%M:%f', 'now')"
-# The run's owner, queue and key, its queue's limits; when a count limits the queue, the owner and
-# key of each of the queue's other owned runs (a JSON array); with a rate, how many starts are
+# The run's owner, queue and key, its queue's limits; when a count limits the queue, per owner
+# recorded with the queue's other runs, how many it holds and how many with the run's key (a JSON
+# array: the owners are few, one per process); with a rate, how many starts are
 # recorded and the top slot, and the oldest start and its slot (a queue keeps at most rate_count
 # starts, so with rate_count of them the oldest is the rate_count-th most recent).
 _LOOKUP: Final = """
 SELECT o.owner, o.queue, o.key, q.name, q.concurrency, q.per_key, q.rate_count, q.rate_window,
        CASE WHEN q.concurrency IS NOT NULL OR (q.per_key IS NOT NULL AND o.key IS NOT NULL) THEN
-           (SELECT json_group_array(json_array(r.owner, r.key)) FROM run_owners r
-            WHERE r.queue = o.queue AND r.owner IS NOT NULL AND r.execution_id <> o.execution_id)
+           (SELECT json_group_array(json_array(c.owner, c.runs, c.keyed)) FROM (
+                SELECT r.owner, count(*) AS runs, coalesce(sum(r.key = o.key), 0) AS keyed
+                FROM run_owners r
+                WHERE r.queue = o.queue AND r.owner IS NOT NULL AND r.execution_id <> o.execution_id
+                GROUP BY r.owner) c)
        END,
        CASE WHEN q.rate_count IS NOT NULL THEN
            (SELECT json_array(count(*), max(s.slot)) FROM queue_starts s WHERE s.queue = o.queue) END,
@@ -69,11 +73,10 @@ def take_queued_row(conn: sqlite3.Connection, execution_id: str, owner: str, loc
     first, first_slot = decode(oldest) if oldest is not None else (None, None)
     if queue is not None and queue.limited:
         live = keyed = 0
-        alive: dict[str, bool] = {}
-        for other, other_key in decode(others) if others is not None else ():
-            if alive.setdefault(other, lock.alive(other)):
-                live += 1
-                keyed += other_key == key
+        for other, runs, with_key in decode(others) if others is not None else ():
+            if lock.alive(other):
+                live += runs
+                keyed += with_key
         nth = first if queue.rate is not None and recorded >= queue.rate[0] else None
         admission = admit(queue, live, keyed if key is not None else None, nth, now)
         if not admission.taken:
