@@ -164,6 +164,10 @@ class Ownership:
                 LOGGER.exception("a listener of a lost liveness lock failed: %r", listener)
         return runs
 
+    def abandon_taken(self, execution_id: str) -> None:
+        """A run taken under an owner id whose lock went while the take was written: abandoned."""
+        self._abandoned.add(execution_id)
+
     def is_lost(self, owner: str) -> bool:
         """Whether ``owner``'s lock was lost."""
         return owner in self._lost
@@ -255,7 +259,7 @@ class OwnedStore:
         own = self._own
         if execution_id in own.handed and execution_id in own.held:
             own.handed.discard(execution_id)  # a sweep took it for this activation
-            own.check(execution_id)
+            self._refuse_abandoned(execution_id)
             return True
         if not own.begin(execution_id):
             return False
@@ -372,8 +376,18 @@ class OwnedStore:
         if admission.taken:
             own.handed.add(execution_id)
             if own.is_lost(owner):
-                own.check(execution_id)
+                own.abandon_taken(execution_id)
+                self._refuse_abandoned(execution_id)
         return admission
+
+    def _refuse_abandoned(self, execution_id: str) -> None:
+        """``OwnershipLost`` for a run a sweep took and this store then abandoned; the run is
+        forgotten here first, so a later take (this process's, or another's) can have it."""
+        if self._own.abandoned(execution_id):
+            try:
+                self._own.check(execution_id)
+            finally:
+                self._own.release(execution_id)
 
     async def _hold_or_end(self, execution_id: str) -> str:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stores import Admission, Work
+from stores import Admission, StoreError, Work
 
 __all__ = ["admit"]
 
@@ -52,34 +52,46 @@ class _Pass:
 
 
 async def admit(
-    store: Any, listing: Listing, room: int, live: Callable[[str], bool]
+    store: Any, listing: Listing, room: int, live: Callable[[str], bool], unsure: Callable[[str], object]
 ) -> tuple[list[str], float | None]:
     """Take up to ``room`` of the runs ``listing`` gives, in order (not those ``live`` here); once
     a queue or key is found full, the listing is read again without it (so the runs of one full
     queue never hide another queue's). The ids taken and the seconds until a rate admits another
     start (``None``: no rate refused). A store without queues (no ``take_queued``) admits every run
-    listed, for its activation to take."""
+    listed, for its activation to take.
+
+    A store error ends the pass: raised when nothing was taken yet, else the runs taken so far are
+    returned (they are held here and must be driven); a take whose outcome it left unknown is
+    handed to ``unsure`` (it may name this process as its owner: this process takes it again)."""
     take = getattr(store, "take_queued", None)
     found = _Pass()
     taken: list[str] = []
     tried: set[str] = set()
-    for _ in range(_ROUNDS):
-        known = len(found.full) + len(found.full_keys)
-        for work in await listing(sorted(found.full), sorted(found.full_keys)):
-            eid = work.execution_id
-            if len(taken) >= room:
+    try:
+        for _ in range(_ROUNDS):
+            known = len(found.full) + len(found.full_keys)
+            for work in await listing(sorted(found.full), sorted(found.full_keys)):
+                eid = work.execution_id
+                if len(taken) >= room:
+                    break
+                if eid in tried or live(eid) or found.skips(work):
+                    continue
+                tried.add(eid)
+                if take is None:
+                    taken.append(eid)
+                    continue
+                try:
+                    admission: Admission = await take(eid)
+                except StoreError:
+                    unsure(eid)
+                    raise
+                if admission.taken:
+                    taken.append(eid)
+                else:
+                    found.refused(work, admission)
+            if len(taken) >= room or len(found.full) + len(found.full_keys) == known:
                 break
-            if eid in tried or live(eid) or found.skips(work):
-                continue
-            tried.add(eid)
-            if take is None:
-                taken.append(eid)
-                continue
-            admission: Admission = await take(eid)
-            if admission.taken:
-                taken.append(eid)
-            else:
-                found.refused(work, admission)
-        if len(taken) >= room or len(found.full) + len(found.full_keys) == known:
-            break
+    except StoreError:
+        if not taken:
+            raise
     return taken, found.retry_in

@@ -338,6 +338,7 @@ class Fleet:
                                 functools.partial(self._orphans, store, room, in_flight),
                                 room,
                                 self._runs.is_live,
+                                self._retake.add,
                             )
                             for execution_id in admitted:
                                 in_flight.add(execution_id)
