@@ -157,7 +157,6 @@ CREATE TABLE {s}.run_queues (
     priority integer NOT NULL,
     enqueued_at timestamptz NOT NULL
 );
-CREATE INDEX run_queues_queue_idx ON {s}.run_queues (queue);
 CREATE TABLE {s}.queue_starts (
     queue text NOT NULL,
     slot integer NOT NULL,

@@ -135,30 +135,13 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
         "DROP INDEX IF EXISTS run_owners_queued",
         "CREATE INDEX run_owners_waiting ON run_owners (priority DESC, since) WHERE owner IS NULL",
         "CREATE INDEX run_owners_queue ON run_owners (queue, key) WHERE queue IS NOT NULL",
-        """CREATE TABLE queues (
-            name TEXT PRIMARY KEY,
-            concurrency INTEGER,
-            per_key INTEGER,
-            rate_count INTEGER,
-            rate_window REAL,
-            declared_by TEXT,
-            declared_at TEXT
-        )""",
-        """CREATE TABLE queue_starts (
-            queue TEXT NOT NULL,
-            slot INTEGER NOT NULL,
-            at REAL NOT NULL,
-            PRIMARY KEY (queue, slot)
-        )""",
+        "CREATE TABLE queues (name TEXT PRIMARY KEY, concurrency INTEGER, per_key INTEGER, "
+        "rate_count INTEGER, rate_window REAL, declared_by TEXT, declared_at TEXT)",
+        "CREATE TABLE queue_starts (queue TEXT NOT NULL, slot INTEGER NOT NULL, at REAL NOT NULL, "
+        "PRIMARY KEY (queue, slot)) WITHOUT ROWID",
         "CREATE INDEX queue_starts_at ON queue_starts (queue, at)",
-        """CREATE TABLE run_queues (
-            execution_id TEXT PRIMARY KEY,
-            queue TEXT NOT NULL,
-            key TEXT,
-            priority INTEGER NOT NULL,
-            enqueued_at TEXT NOT NULL
-        )""",
-        "CREATE INDEX run_queues_queue ON run_queues (queue)",
+        "CREATE TABLE run_queues (execution_id TEXT PRIMARY KEY, queue TEXT NOT NULL, key TEXT, "
+        "priority INTEGER NOT NULL, enqueued_at TEXT NOT NULL)",
     ),
 }
 

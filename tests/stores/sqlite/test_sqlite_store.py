@@ -475,6 +475,7 @@ async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path
     conn.execute("DROP TABLE run_owners")
     conn.execute("DROP TABLE queues")  # and no schema 7
     conn.execute("DROP TABLE run_queues")
+    conn.execute("DROP TABLE queue_starts")
     conn.execute("DROP INDEX pending_interrupts_expiry")
     conn.execute("ALTER TABLE pending_interrupts DROP COLUMN expires_at")
     v1 = _MIGRATIONS[1]
