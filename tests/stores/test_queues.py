@@ -219,3 +219,23 @@ async def test_disagreeing_workers_log_a_warning_and_the_stricter_holds(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_lower_rate_count_declared_keeps_only_the_most_recent_starts(store_backend: Backend) -> None:
+    a, b = await opened(store_backend), await opened(store_backend)
+    try:
+        await a.declare_queues([Queue("r", rate=(3, timedelta(seconds=0.4)))])  # type: ignore[attr-defined]
+        for i in range(4):
+            await enqueued(a, f"r{i}", "r")
+        for i in range(3):
+            assert (await a.take_queued(f"r{i}")).taken  # type: ignore[attr-defined]
+        await anyio.sleep(0.45)  # the three starts are out of the window
+        # A stricter rate, 1 start per 10 s: the most recent of the three starts is kept, and it is
+        # within 10 s, so the next start waits for it.
+        held = await b.declare_queues([Queue("r", rate=(1, timedelta(seconds=10)))])  # type: ignore[attr-defined]
+        assert held == [Queue("r", rate=(1, timedelta(seconds=10)))]
+        refused = await a.take_queued("r3")  # type: ignore[attr-defined]
+        assert refused.full == "rate" and refused.retry_in is not None and 9.0 < refused.retry_in < 10.0
+    finally:
+        await a.close()
+        await b.close()
