@@ -15,6 +15,7 @@ of tools that ran, in whichever process:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -141,14 +142,19 @@ async def _recorded_starts(backend: Backend) -> set[tuple[int, float]]:
                 return set(conn.execute("SELECT slot, at FROM queue_starts WHERE queue = 'paced'"))
 
         return await anyio.to_thread.run_sync(read)
-    conn = await asyncpg.connect(backend.target)
-    try:
-        found = await conn.fetch(
-            f'SELECT slot, at FROM "{backend.schema}".queue_starts WHERE queue = $1', "paced"
-        )
-    finally:
-        await conn.close()
-    return {(r[0], r[1]) for r in found}
+
+    async def fetch() -> set[tuple[int, float]]:
+        conn = await asyncpg.connect(backend.target)
+        try:
+            found = await conn.fetch(
+                f'SELECT slot, at FROM "{backend.schema}".queue_starts WHERE queue = $1', "paced"
+            )
+        finally:
+            await conn.close()
+        return {(r[0], r[1]) for r in found}
+
+    # asyncpg needs asyncio: its own loop in a thread, on trio too
+    return await anyio.to_thread.run_sync(lambda: asyncio.run(fetch()))
 
 
 async def test_a_rate_starts_at_most_n_runs_in_any_window(store_backend: Backend, tmp_path: Path) -> None:
