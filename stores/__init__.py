@@ -79,7 +79,7 @@ from ._paths import (
     turn_node,
 )
 from ._protocol import ReplicatedStore, Store
-from ._queues import DEFAULT_QUEUE, Admission, Queue, Work, check_enqueue, parse_queue
+from ._queues import DEFAULT_QUEUE, Admission, Queue, check_enqueue, parse_queue
 from ._url import open_store
 from ._watch import RowWatch
 from .sqlite import SQLiteStore
@@ -140,7 +140,6 @@ __all__ = [
     "StoreUnavailable",
     "StoredRow",
     "TetherError",
-    "Work",
     "WriteConflict",
     "canonical_json",
     "check_enqueue",

@@ -335,19 +335,16 @@ class OwnedStore:
         if owner is not None:
             await self._release_row(execution_id, owner)
 
-    async def orphans(self, limit: int = 100) -> list[str]:
-        """Runs that need an owner: handed off (queued), or owned by an owner that died or lost its
-        lock. Oldest first, at most ``limit``; never a run a live owner holds."""
-        return [work.execution_id for work in await self.work(limit)]
-
-    async def work(
+    async def orphans(
         self, limit: int = 100, *, full: Sequence[str] = (), full_keys: Sequence[tuple[str, str]] = ()
-    ) -> list[Work]:
-        """:meth:`orphans` with the queue and key of each: the runs of dead owners first, then the
-        queued ones, higher priority first, then oldest; not the queued runs of the queues ``full``
-        nor of the (queue, key) pairs ``full_keys`` (a sweep's pass found them full)."""
+    ) -> list[str]:
+        """Runs that need an owner: owned by an owner that died or lost its lock (first), or handed
+        off (queued: higher priority first, then oldest). At most ``limit``; never a run a live
+        owner holds, nor a queued run of the queues ``full`` or of the (queue, key) pairs
+        ``full_keys`` (a sweep found them full)."""
         await self._hold()
-        return await self._work_rows(limit, list(full), list(full_keys))
+        found = await self._work_rows(limit, list(full), list(full_keys))
+        return [work.execution_id for work in found]
 
     # -- flow control (stores._queues) -------------------------------------------------------------
 

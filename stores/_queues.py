@@ -107,11 +107,14 @@ class Queue:
 class Admission(NamedTuple):
     """The outcome of a sweep's take of a run: ``taken``, or why not. ``full`` is ``"queue"``
     (its concurrency), ``"key"`` (its ``per_key``) or ``"rate"`` when a limit refused it (``None``: a
-    live owner holds the run); ``retry_in``: seconds until the rate admits a start again."""
+    live owner holds the run); ``retry_in``: seconds until the rate admits a start again; ``queue``
+    and ``key``: the refused run's (what a sweep then leaves out of its listing)."""
 
     taken: bool
     full: str | None = None
     retry_in: float | None = None
+    queue: str | None = None
+    key: str | None = None
 
 
 class Work(NamedTuple):

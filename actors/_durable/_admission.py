@@ -13,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stores import Admission, StoreError, Work
+from stores import Admission, StoreError
 
 __all__ = ["admit"]
 
 
 #: How many listings one pass reads at most: each after the one before found a queue or key full.
-_ROUNDS = 4
-#: A pass's listing: the runs needing an owner, but for the queued runs of the full queues and of
-#: the full (queue, key) pairs it is given.
-Listing = Callable[[list[str], list[tuple[str, str]]], Awaitable[list[Work]]]
+_ROUNDS = 8
+#: A pass's listing: the ids of the runs needing an owner, but for the queued runs of the full
+#: queues and of the full (queue, key) pairs it is given.
+Listing = Callable[[list[str], list[tuple[str, str]]], Awaitable[list[str]]]
 
 
 class _Pass:
@@ -35,30 +35,29 @@ class _Pass:
         self.full_keys: set[tuple[str, str]] = set()
         self.retry_in: float | None = None
 
-    def skips(self, work: Work) -> bool:
-        queue, key = work.queue, work.key
-        return queue is not None and (
-            queue in self.full or (key is not None and (queue, key) in self.full_keys)
-        )
-
-    def refused(self, work: Work, admission: Admission) -> None:
-        if work.queue is not None and admission.full == "key" and work.key is not None:
-            self.full_keys.add((work.queue, work.key))
-        elif work.queue is not None and admission.full is not None:
-            self.full.add(work.queue)
+    def refused(self, admission: Admission) -> bool:
+        """Note a refusal; whether a limit refused it (the listing is then read again without)."""
         if admission.retry_in is not None:
             soonest = max(admission.retry_in, 0.0)
             self.retry_in = soonest if self.retry_in is None else min(self.retry_in, soonest)
+        queue, key = admission.queue, admission.key
+        if admission.full is None or queue is None:
+            return False
+        if admission.full == "key" and key is not None:
+            self.full_keys.add((queue, key))
+        else:
+            self.full.add(queue)
+        return True
 
 
 async def admit(
     store: Any, listing: Listing, room: int, live: Callable[[str], bool], unsure: Callable[[str], object]
 ) -> tuple[list[str], float | None]:
-    """Take up to ``room`` of the runs ``listing`` gives, in order (not those ``live`` here); once
-    a queue or key is found full, the listing is read again without it (so the runs of one full
-    queue never hide another queue's). The ids taken and the seconds until a rate admits another
-    start (``None``: no rate refused). A store without queues (no ``take_queued``) admits every run
-    listed, for its activation to take.
+    """Take up to ``room`` of the runs ``listing`` gives, in order (not those ``live`` here); when
+    a queue's limits refuse a run, the listing is read again without that queue (or key), so the
+    runs of one full queue never hide another queue's. The ids taken and the seconds until a rate
+    admits another start (``None``: no rate refused). A store without queues (no ``take_queued``)
+    admits every run listed, for its activation to take.
 
     A store error ends the pass: raised when nothing was taken yet, else the runs taken so far are
     returned (they are held here and must be driven); a take whose outcome it left unknown is
@@ -69,12 +68,11 @@ async def admit(
     tried: set[str] = set()
     try:
         for _ in range(_ROUNDS):
-            known = len(found.full) + len(found.full_keys)
-            for work in await listing(sorted(found.full), sorted(found.full_keys)):
-                eid = work.execution_id
+            again = False
+            for eid in await listing(sorted(found.full), sorted(found.full_keys)):
                 if len(taken) >= room:
                     break
-                if eid in tried or live(eid) or found.skips(work):
+                if eid in tried or live(eid):
                     continue
                 tried.add(eid)
                 if take is None:
@@ -87,9 +85,11 @@ async def admit(
                     raise
                 if admission.taken:
                     taken.append(eid)
-                else:
-                    found.refused(work, admission)
-            if len(taken) >= room or len(found.full) + len(found.full_keys) == known:
+                elif found.refused(admission):
+                    tried.discard(eid)  # listed no more while its queue (or key) is full
+                    again = True
+                    break
+            if len(taken) >= room or not again:
                 break
     except StoreError:
         if not taken:

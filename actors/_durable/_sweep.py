@@ -54,7 +54,6 @@ from stores import (
     RunNotFound,
     Store,
     StoreError,
-    Work,
     check_enqueue,
 )
 
@@ -230,20 +229,16 @@ class Fleet:
         busy: set[str],
         full: list[str] | None = None,
         full_keys: list[tuple[str, str]] | None = None,
-    ) -> list[Work]:
+    ) -> list[str]:
         """Up to ``limit`` orphans to take, not ``busy`` ones (those waiting for a runner this
         process lacks are skipped without a read) nor the queued runs of ``full`` queues and
         ``full_keys``, then the runs this process let go in an outage."""
         skip = self._still_waiting() | busy
-        listing = getattr(store, "work", None)
-        if listing is not None:
-            found: list[Work] = await listing(limit + len(skip), full=full or (), full_keys=full_keys or ())
-        else:
-            found = [Work(eid) for eid in await store.orphans(limit + len(skip))]
-        found = [work for work in found if work.execution_id not in skip][:limit]
-        listed = {work.execution_id for work in found}
-        found += [Work(eid) for eid in sorted(self._retake) if eid not in listed and eid not in skip]
-        return found[:limit]
+        full_out = {"full": full, "full_keys": full_keys} if full or full_keys else {}
+        found = [eid for eid in await store.orphans(limit + len(skip), **full_out) if eid not in skip]
+        return list(dict.fromkeys([*found[:limit], *(e for e in sorted(self._retake) if e not in skip)]))[
+            :limit
+        ]
 
     def _waiting(self, execution_id: str, runner: str, version: str | None) -> None:
         """The run's runner (``runner`` of ``version``) is not here: leave the run alone (nothing is

@@ -133,7 +133,8 @@ class LockOwners:
             key = owner_key(self.schema, owner)
             found = await pool.fetchrow(self._owner_sql["take_queued"], execution_id, owner, key)
         assert found is not None
-        return Admission(bool(found[0]), found[1], found[2])
+        limited = found[1] is not None  # refused by a limit: the run's queue and key say which
+        return Admission(bool(found[0]), found[1], found[2], *((found[3], found[4]) if limited else ()))
 
     async def _hand_off_row(
         self, execution_id: str, owner: str, queue: str, key: str | None, priority: int

@@ -22,7 +22,8 @@ __all__ = ["QUEUE_SQL", "TAKE_FUNCTION"]
 #: ``retry_in`` seconds until the rate admits a start); a start is recorded with the take.
 TAKE_FUNCTION: Final = f"""
 CREATE OR REPLACE FUNCTION {{s}}.take_queued(eid text, taker text, taker_key bigint,
-    OUT took boolean, OUT refused text, OUT retry_in double precision)
+    OUT took boolean, OUT refused text, OUT retry_in double precision, OUT of_queue text,
+    OUT of_key text)
 LANGUAGE plpgsql VOLATILE AS $take$
 DECLARE
     v_queue text;
@@ -41,6 +42,8 @@ DECLARE
 BEGIN
     took := false;
     SELECT o.queue, o.key INTO v_queue, v_key FROM {{s}}.run_owners o WHERE o.execution_id = eid;
+    of_queue := v_queue;
+    of_key := v_key;
     IF v_queue IS NOT NULL THEN
         -- Held until the take commits: every take of the queue waits here, and what follows reads
         -- what the takes before this one committed (a fresh snapshot per statement).
@@ -98,7 +101,7 @@ $take$;
 
 #: The statements of flow control, with ``{s}`` for the quoted schema.
 QUEUE_SQL: Final[dict[str, str]] = {
-    "take_queued": "SELECT took, refused, retry_in FROM {s}.take_queued($1, $2, $3)",
+    "take_queued": "SELECT took, refused, retry_in, of_queue, of_key FROM {s}.take_queued($1, $2, $3)",
     # Record the run's queue for good and hand it to the fleet in it; the workers are told ($6).
     "hand_off": """
 WITH k AS (

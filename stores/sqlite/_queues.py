@@ -80,7 +80,7 @@ def take_queued_row(conn: sqlite3.Connection, execution_id: str, owner: str, loc
         nth = first if queue.rate is not None and recorded >= queue.rate[0] else None
         admission = admit(queue, live, keyed if key is not None else None, nth, now)
         if not admission.taken:
-            return admission
+            return admission._replace(queue=queue.name, key=key)
     conn.execute(TAKE_SQL, (execution_id, owner))
     if queue is not None and queue.rate is not None:
         slot = start_slot(recorded, top, first_slot, queue.rate[0])

@@ -115,14 +115,14 @@ async def test_concurrency_holds_across_stores_and_a_closed_stores_slots_free_at
             await enqueued(a, f"r{i}", "q")
         assert await a.take_queued("r0") == Admission(True)  # type: ignore[attr-defined]
         assert await b.take_queued("r1") == Admission(True)  # type: ignore[attr-defined]
-        assert await b.take_queued("r2") == Admission(False, "queue")  # type: ignore[attr-defined]
-        assert await a.take_queued("r2") == Admission(False, "queue")  # type: ignore[attr-defined]
+        assert await b.take_queued("r2") == Admission(False, "queue", queue="q")  # type: ignore[attr-defined]
+        assert await a.take_queued("r2") == Admission(False, "queue", queue="q")  # type: ignore[attr-defined]
         assert await b.take_queued("r0") == Admission(False)  # a live owner holds it
         await a.close()  # its liveness lock goes: r0's slot is free, r0 an orphan
         with anyio.fail_after(10):
             while not (await b.take_queued("r2")).taken:  # type: ignore[attr-defined]  # noqa: ASYNC110
                 await anyio.sleep(0.005)
-        assert await b.take_queued("r3") == Admission(False, "queue")  # type: ignore[attr-defined]
+        assert await b.take_queued("r3") == Admission(False, "queue", queue="q")  # type: ignore[attr-defined]
         assert "r0" in await b.orphans()
         await b.unlock("r1")  # handed back mid-step: a slot again
         assert await b.take_queued("r3") == Admission(True)  # type: ignore[attr-defined]
@@ -142,13 +142,12 @@ async def test_per_key_and_an_unlimited_queue(store_backend: Backend) -> None:
         await enqueued(store, "free", "default")
         await enqueued(store, "free2", "default")
         assert (await store.take_queued("a1")).taken  # type: ignore[attr-defined]
-        assert await store.take_queued("a2") == Admission(False, "key")  # type: ignore[attr-defined]
+        assert await store.take_queued("a2") == Admission(False, "key", queue="tenants", key="a")  # type: ignore[attr-defined]
         assert (await store.take_queued("b1")).taken  # type: ignore[attr-defined]
         assert (await store.take_queued("n1")).taken  # type: ignore[attr-defined]  # no key: no limit
         assert (await store.take_queued("free")).taken  # type: ignore[attr-defined]
         assert (await store.take_queued("free2")).taken  # type: ignore[attr-defined]
-        listed = await store.work(10, full_keys=[("tenants", "a")])  # type: ignore[attr-defined]
-        assert [w.execution_id for w in listed] == []  # a2 skipped; the rest are held
+        assert await store.orphans(10, full_keys=[("tenants", "a")]) == []  # type: ignore[call-arg]
         await store.untake("a1")  # type: ignore[attr-defined]  # a take no activation used
         assert (await store.take_queued("a2")).taken  # type: ignore[attr-defined]
         assert await store.queues_of(["a1", "n1", "x"]) == {  # type: ignore[attr-defined]
@@ -188,7 +187,8 @@ async def test_the_listing_puts_higher_priority_first_then_the_oldest(store_back
         for eid, priority in [("p0", 0), ("p5", 5), ("p1", 1), ("p5b", 5), ("other", 9)]:
             await enqueued(store, eid, "other" if eid == "other" else "q", priority=priority)
         assert await store.orphans(10) == ["other", "p5", "p5b", "p1", "p0"]
-        assert [w.execution_id for w in await store.work(10, full=["other"])] == ["p5", "p5b", "p1", "p0"]  # type: ignore[attr-defined]
+        assert await store.orphans(10, full=["other"]) == ["p5", "p5b", "p1", "p0"]  # type: ignore[call-arg]
+        assert await store.orphans(10, full_keys=[("q", "x")]) == ["other", "p5", "p5b", "p1", "p0"]  # type: ignore[call-arg]
     finally:
         await store.close()
 
