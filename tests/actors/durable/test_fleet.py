@@ -5,6 +5,7 @@ The multi-process proofs (workers killed mid-way, racing sweepers) are in ``test
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -103,8 +104,9 @@ async def test_a_claim_without_the_runner_is_finished_by_a_worker(store_backend:
 
 
 async def test_a_run_recovered_too_often_without_a_step_gets_the_failed_marker(
-    store_backend: Backend,
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR, logger="tether")
     charges: list[str] = []
     runner = _agent(charges)
     eid = new_id()
@@ -150,6 +152,9 @@ async def test_a_run_recovered_too_often_without_a_step_gets_the_failed_marker(
         assert history[-1].state_snapshot["run_reason"] == "max_recoveries"
         assert await system.sweep() == 0
     assert charges == []
+    said = [r.getMessage() for r in caplog.records if "run given up" in r.getMessage()]
+    assert len(said) == 1 and f"execution_id={eid!r}" in said[0], said
+    assert "error='gave up after 2 recoveries at turn:0'" in said[0], said
 
 
 async def test_an_expired_pause_is_refused_exactly_once(store_backend: Backend) -> None:

@@ -218,3 +218,36 @@ async def test_an_enqueue_rides_out_an_outage_within_the_grace_only(
 async def _up_after(store: DownStore, seconds: float) -> None:
     await anyio.sleep(seconds)
     store.down = False
+
+
+async def test_a_sweep_goes_past_an_expired_pause_decided_elsewhere(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    agent = _agent(expires_in=0.2)
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await _paused(system, agent, "x1")
+        await anyio.sleep(0.3)
+        expired = store.expired
+
+        async def with_one_decided_elsewhere(limit: int) -> list[str]:
+            # "gone" was listed, then decided and deleted by another process before this claim
+            return ["gone", *await expired(limit)]
+
+        store.expired = with_one_decided_elsewhere  # type: ignore[method-assign]
+        assert await system.sweep() == 1
+        assert (await system.ref("x1").result(timeout=LIMIT)).output == "done: refused o1"
+    said = [r.getMessage() for r in caplog.records if "pause expired" in r.getMessage()]
+    assert len(said) == 1 and "execution_id='x1'" in said[0], said
+
+
+async def test_a_paused_run_whose_owner_died_has_its_stale_ownership_dropped(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await _paused(system, agent, "p2")
+        async with store_backend.open() as dead:  # an owner that dies after writing the pause
+            assert await dead.try_lock("p2")
+        assert "p2" in await store.orphans()
+        assert await system.sweep() == 0  # a resting run: nothing to drive
+        assert "p2" not in await store.orphans()
+        assert (await system.status("p2")).status == "paused"
