@@ -178,6 +178,16 @@ async def test_a_sweep_takes_at_most_its_limit_expired_pauses_first(store_backen
         assert (await system.status("q1")).status == "queued"
         assert await system.sweep(limit=1) == 1
         assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
+        # A limit of 3 with two expired pauses (q1 paused too): those and one queued run, not two.
+        await _paused(system, expiring, "x2")
+        await system.enqueue(waiting, "o3", execution_id="q3")
+        await system.enqueue(waiting, "o4", execution_id="q4")
+        await anyio.sleep(0.3)
+        assert await system.sweep(limit=3) == 3
+        assert (await system.ref("x2").result(timeout=LIMIT)).output == "done: refused o1"
+        assert (await system.ref("q1").result(timeout=LIMIT)).output == "done: refused o1"
+        statuses = {eid: (await system.status(eid)).status for eid in ("q3", "q4")}
+        assert sorted(statuses.values()) == ["paused", "queued"], statuses
 
 
 class DownStore(SQLiteStore):

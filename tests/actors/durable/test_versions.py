@@ -362,7 +362,8 @@ async def test_a_sweep_without_the_version_leaves_the_run_and_says_why(
                 r.getMessage() for r in caplog.records if "waits for its runner version" in r.getMessage()
             ]
             assert len(waits) == 1, waits  # once, not at every sweep
-            assert "execution_id='w1'" in waits[0] and "version='1'" in waits[0], waits
+            assert waits[0].startswith("event='run waits for its runner version' execution_id='w1'"), waits
+            assert "version='1'" in waits[0], waits
             assert f"runner={v1.name!r}" in waits[0], waits
             assert "hint='a worker with that version takes it (docs/versions.md)'" in waits[0], waits
             assert _ids(await store.history("w1")) == before
