@@ -25,6 +25,7 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -68,6 +69,7 @@ from ._messages import (
 from ._runlog import RunLog, StepAbandoned, cancelled_elsewhere, step_seq
 from ._sources import RECORD, SourceTool, offer, recorded_tools
 from ._tools import ToolOutcome
+from ._trace import rerun_attempt
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
 
@@ -181,8 +183,13 @@ class RunEngine(Level):
         if row is None:
             row = self._turn_row(turn)
             await self._append(row)
+        trace = self.rows.trace
         with text_sink(self.rows.log.text_sink(row)):
-            answer = await self.agent.model.complete(transcript.messages, self._schemas)
+            if trace is None:
+                answer = await self.agent.model.complete(transcript.messages, self._schemas)
+            else:
+                answer = await trace.chat(row, self.agent.model, transcript.messages, self._schemas)
+        self.rows.bill(getattr(answer, "usage", None))  # the next row carries it (it was billed)
         reply = take_in(answer, transcript, model=self.agent.model)
         transcript.append(reply.to_message())
         if not reply.tool_calls:
@@ -333,8 +340,11 @@ class RunEngine(Level):
         self._transcript.extend(_tool_message(c, note) for c in calls[index + 1 :])
         return list(self._transcript.messages)
 
-    async def _call_tool(self, row: Checkpoint, call: ToolCall, decision: dict[str, Any] | None) -> Message:
-        """Run one tool with the run bound; a pause writes its two rows and stops the run."""
+    async def _call_tool(
+        self, row: Checkpoint, call: ToolCall, decision: dict[str, Any] | None, attempt: int = 1
+    ) -> Message:
+        """Run one tool with the run bound (its ``attempt``: above 1 when it runs again); a pause
+        writes its two rows and stops the run."""
         tool: Any = (self._offered or {}).get(call.name)
         if tool is None and not self.agent.has_tool(call.name):
             return _tool_message(
@@ -359,7 +369,11 @@ class RunEngine(Level):
                 outage_grace=self.rows.grace,
                 stopped=stopped,
             ):
-                outcome = await _watched(self.store, row, stopped, lambda: tool.invoke(call.arguments))
+                invoke: Callable[[], Awaitable[ToolOutcome]] = functools.partial(tool.invoke, call.arguments)
+                trace = self.rows.trace
+                if trace is not None:
+                    invoke = functools.partial(trace.tool, row, call, attempt, invoke)
+                outcome = await _watched(self.store, row, stopped, invoke)
         except PauseSignal as signal:
             raise await self._pause(row, signal) from None
         except StepAbandoned as abandoned:  # the store stayed unusable under an @idempotent call
@@ -393,6 +407,8 @@ class RunEngine(Level):
         if step.step_type not in (TOOL_CALL, HITL_PAUSE):
             if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
                 self._attempt = attempt_of(step) + 1  # the model call is issued again
+                if self.rows.trace is not None:
+                    self.rows.trace.reentered(self._attempt)
             return TakeTurn(turn)
         calls, index = _call_of(transcript, step)
         self._calls = calls
@@ -410,7 +426,11 @@ class RunEngine(Level):
         if call.name in self._specials:
             below, self._below = self._below, None
             return await self._special(step, call, turn, index, below, after_pause=after_pause)
-        self._transcript.append(await self._call_tool(step, call, decision))
+        attempt = 1
+        if self.rows.trace is not None:
+            attempt = await rerun_attempt(self.store, step)
+            self.rows.trace.reentered(attempt)
+        self._transcript.append(await self._call_tool(step, call, decision, attempt))
         if after_pause:
             self._transcript.extend(_tool_message(c, SIBLING_NOTE) for c in calls[index + 1 :])
             return TakeTurn(turn + 1)

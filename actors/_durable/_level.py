@@ -51,13 +51,16 @@ from ._errors import ResumeRequired, RunnerVersionMismatch
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
 from ._output import OUTPUT_TYPE
 from ._result import RunResult
-from ._runlog import SHARED, RunLog
+from ._runlog import SHARED, TRACE, USAGE, RunLog, usage_of
 from ._versions import VERSION, Drift, check_step, drift, version_of
 
 __all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
 
 _log = tether_logger()
 
+#: Snapshot keys a fork's origin does not take from its base: the conversation (its own), and the
+#: base run's usage total and trace (a fork is a new run: it counts its own, in its own trace).
+_NOT_FORKED = frozenset({"messages", "turn", USAGE, TRACE})
 #: How often a cancel re-reads the newest row when a step's write races it.
 _CANCEL_ATTEMPTS = 5
 
@@ -219,7 +222,7 @@ class Level:
             step_type=FORK_ORIGIN,
             turn=base.step_index,
             transcript=transcript,
-            extra={k: v for k, v in base.state_snapshot.items() if k not in ("messages", "turn")},
+            extra={k: v for k, v in base.state_snapshot.items() if k not in _NOT_FORKED},
             node_input={
                 "base_execution_id": base.execution_id,
                 "base_node_id": base.node_id,
@@ -240,6 +243,7 @@ class Level:
         entry = await self.store.reentry(self.execution_id)
         step = entry.step
         self.rows.start_at(entry.newest.seq + 1)
+        self.rows.carry_on(entry.newest)
         if resume is not None:
             if step.step_type != HITL_PAUSE or step.status != INTERRUPTED:
                 raise AlreadyResumed(
@@ -387,8 +391,10 @@ class Level:
                     execution_id=self.execution_id,
                     status="failed",
                     error=newest.state_snapshot.get("run_error"),
+                    usage=usage_of(newest.state_snapshot),
                 )
             self.rows.start_at(newest.seq + 1)
+            self.rows.carry_on(newest)
             self.rows.version = version_of(newest)
             snapshot = newest.state_snapshot
             self._good = list(snapshot.get("messages", []))
@@ -433,7 +439,9 @@ class Level:
         """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
         match outcome:
             case Paused(pending=pending):
-                return RunResult(execution_id=self.execution_id, status="paused", pending=pending)
+                return RunResult(
+                    execution_id=self.execution_id, status="paused", pending=pending, usage=self.rows.usage
+                )
             case Answered(output=output):
                 try:
                     return await self._end(COMPLETED, output=output, typed=True)
@@ -484,9 +492,13 @@ class Level:
         if status == FAILED:
             if reason is None:  # a failure, not a cancel: the developer hears of it
                 _log.error("run failed", execution_id=self.execution_id, agent_path=self.path, error=error)
-            return RunResult(execution_id=self.execution_id, status="failed", error=error)
+            return RunResult(
+                execution_id=self.execution_id, status="failed", error=error, usage=self.rows.usage
+            )
         value = spec.decode(output) if spec is not None and output is not None else None
-        return RunResult(execution_id=self.execution_id, status="completed", output=output, value=value)
+        return RunResult(
+            execution_id=self.execution_id, status="completed", output=output, value=value, usage=self.rows.usage
+        )
 
     def _row(
         self,

@@ -20,6 +20,8 @@ import msgspec
 
 from stores import RESUME, PendingInterrupt, RunHead, RunNotFound, Store
 
+from ..models import Usage
+from ._runlog import usage_of
 from ._versions import VERSION
 
 __all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
@@ -44,7 +46,8 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
     ``error`` are a finished run's; ``version`` the runner version the run was recorded under
     (``None``: an unversioned run), which a resume must find registered (``docs/versions.md``);
-    ``queue`` and ``key`` those it was enqueued with (``None``: it was not enqueued).
+    ``queue`` and ``key`` those it was enqueued with (``None``: it was not enqueued); ``usage`` the
+    tokens its model calls were billed for so far, as its newest row records them.
     """
 
     execution_id: str
@@ -60,6 +63,7 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     version: str | None = None
     queue: str | None = None
     key: str | None = None
+    usage: Usage = Usage()
 
 
 def summarise(
@@ -103,6 +107,7 @@ def summarise(
         version=version if isinstance(version, str) else None,
         queue=queue[0] if queue is not None else None,
         key=queue[1] if queue is not None else None,
+        usage=usage_of(head.snapshot),
     )
 
 

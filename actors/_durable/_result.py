@@ -6,6 +6,8 @@ import msgspec
 
 from stores import PendingInterrupt
 
+from ..models import Usage
+
 __all__ = ["RunResult", "RunStatus"]
 
 RunStatus = Literal["completed", "paused", "failed"]
@@ -17,6 +19,7 @@ class RunResult(msgspec.Struct, kw_only=True, frozen=True):
     ``value`` is the decoded answer of an agent with an ``output_type`` (``output`` holds its JSON
     text): an instance of that type when this process has the runner that finished the run, the
     plain JSON value (dicts and lists) when the result is read from the rows alone; else ``None``.
+    ``usage`` sums the tokens the run's model calls were billed for, over all its activations.
     """
 
     execution_id: str
@@ -25,3 +28,4 @@ class RunResult(msgspec.Struct, kw_only=True, frozen=True):
     pending: PendingInterrupt | None = None
     error: str | None = None
     value: Any = None
+    usage: Usage = Usage()

@@ -42,6 +42,7 @@ from ._messages import (
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
 from ._sources import activation_sources, uses_sources
+from ._trace import RunTrace, active_tracer
 from .topologies import drive
 
 if TYPE_CHECKING:
@@ -120,18 +121,25 @@ class RunActor(Actor):
         take. ``RunExists`` if the run is owned or has rows; whatever failed releases the take."""
         opening = self._opening
         assert opening is not None, "open() is for an actor made with an opening"
-        engine = opening.engine = level_of(
-            self.runner, self._rows(opening.reply), self.runner.label, self.runner
-        )
-        await self._take_lock(refuse=RunExists, new=True)
+        rows = self._rows(opening.reply)
+        engine = opening.engine = level_of(self.runner, rows, self.runner.label, self.runner)
+        trace = self._traced(rows, new=True)
+        try:
+            await self._take_lock(refuse=RunExists, new=True)
+        except BaseException as error:
+            if trace is not None:
+                trace.abandon(error)
+            raise
         try:
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
                 opening.next = await engine.opening(opening.messages)
             if scope.cancelled_caught:
                 raise TimeoutError(f"the first row of run {self.execution_id!r} took over {_OPEN_TIMEOUT} s")
             launch()
-        except BaseException:
+        except BaseException as error:
             self._opening = None
+            if trace is not None:
+                trace.abandon(error)
             await self._unlock()
             raise
 
@@ -329,7 +337,41 @@ class RunActor(Actor):
 
         return await self._owned(ctx, engine, first, refuse=RunExists, taken=True)
 
+    def _traced(self, rows: RunLog, *, new: bool) -> RunTrace | None:
+        """The spans of an activation writing ``rows``, when a tracer provider is configured (a
+        ``new`` run's span starts now, a resumed run's where its newest row is read)."""
+        trace = rows.trace
+        if trace is None:
+            tracer = active_tracer()
+            if tracer is None:
+                return None
+            label = self.runner.label
+            trace = rows.trace = RunTrace(
+                tracer, execution_id=self.execution_id, runner=self.runner.name, path=label
+            )
+            if new:
+                rows.traceparent = trace.begin(None, seq=0)
+        return trace
+
     async def _owned(
+        self,
+        ctx: ActorContext,
+        engine: Level,
+        first: Callable[[], Awaitable[Next]],
+        *,
+        refuse: type[Exception],
+        new: bool = False,
+        taken: bool = False,
+    ) -> RunResult:
+        """:meth:`_activation`, in its ``invoke_agent`` span when the run is traced."""
+        trace = self._traced(engine.rows, new=new)
+        if trace is None:
+            return await self._activation(ctx, engine, first, refuse=refuse, new=new, taken=taken)
+        return await trace.activation(
+            lambda: self._activation(ctx, engine, first, refuse=refuse, new=new, taken=taken)
+        )
+
+    async def _activation(
         self,
         ctx: ActorContext,
         engine: Level,

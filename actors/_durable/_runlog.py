@@ -45,18 +45,22 @@ from stores import (
 )
 
 from .._core import LOGGER, tether_logger
+from ..models import Usage
 from ._versions import FINGERPRINT, FINGERPRINTS, VERSION
 
 if TYPE_CHECKING:
     from ..models._stream import TextSink
     from ._follow import EventHub
     from ._sources import Connections
+    from ._trace import RunTrace
 
 __all__ = [
     "DEFAULT_OUTAGE_GRACE",
     "MARKER_TIMEOUT",
     "SHARED",
     "TOOL_SEQ",
+    "TRACE",
+    "USAGE",
     "RunLog",
     "StepAbandoned",
     "StepLog",
@@ -64,12 +68,21 @@ __all__ = [
     "outage_abandoned",
     "outlast",
     "step_seq",
+    "usage_of",
 ]
 
 T = TypeVar("T")
 
 #: The snapshot key of the run's ``shared`` dict.
 SHARED = "shared"
+#: The snapshot key of the tokens the run's model calls were billed for so far: every row written
+#: after a model reply that reported usage carries the run's running total (``input_tokens``,
+#: ``output_tokens``), so the row right after a call's reply is the first to count it, and the
+#: newest row (a ``run_end`` too) holds the run's total.
+USAGE = "usage"
+_TOKENS = frozenset({"input_tokens", "output_tokens"})
+#: The snapshot key of the run's trace (``actors._durable._trace``): a W3C ``traceparent``.
+TRACE = "trace"
 
 #: Bound on one attempt at writing the run_end marker (shielded, so its outcome is known; an
 #: attempt cut short is retried like any write whose outcome is unknown).
@@ -94,6 +107,14 @@ def step_seq(row: Checkpoint) -> int:
         if isinstance(seq, int) and not isinstance(seq, bool):
             return seq
     return row.seq
+
+
+def usage_of(snapshot: dict[str, Any]) -> Usage:
+    """The usage total a row's snapshot carries (none: zero tokens)."""
+    stored = snapshot.get(USAGE)
+    if not isinstance(stored, dict):
+        return Usage()
+    return Usage(**{k: v for k, v in stored.items() if k in _TOKENS and type(v) is int})
 
 
 class StepAbandoned(BaseException):
@@ -224,6 +245,7 @@ class RunLog:
 
     __slots__ = (
         "_after_row",
+        "_billed",
         "_next_seq",
         "_on_first_row",
         "execution_id",
@@ -235,6 +257,9 @@ class RunLog:
         "shared",
         "sources",
         "store",
+        "trace",
+        "traceparent",
+        "usage",
         "version",
     )
 
@@ -271,6 +296,43 @@ class RunLog:
         self.fingerprint = fingerprint
         #: The activation's connections to its agents' tool sources (``None``: it has none).
         self.sources: Connections | None = None
+        #: The tokens the run's model calls were billed for so far, and its stored form (``None``
+        #: while nothing was billed: rows then carry no ``usage`` key).
+        self.usage = Usage()
+        self._billed: dict[str, int] | None = None
+        #: The run's ``traceparent``, carried on every row once set; the spans of this activation
+        #: when it is traced (``None``: nothing is).
+        self.traceparent: str | None = None
+        self.trace: RunTrace | None = None
+
+    # -- what a run carries from row to row --------------------------------------------------------
+
+    def bill(self, usage: Usage | None) -> None:
+        """Add a model reply's ``usage`` to the run's total (the next row carries it)."""
+        if usage:
+            total = self.usage = self.usage + usage
+            self._billed = {"input_tokens": total.input_tokens, "output_tokens": total.output_tokens}
+
+    def carry_on(self, newest: Checkpoint) -> None:
+        """Go on from ``newest``, the run's newest row: its usage total and its trace, unless this
+        activation holds them already (a cancel between two of its steps). A traced activation's
+        span starts here, as a child of the run's stored trace."""
+        snapshot = newest.state_snapshot
+        if self._billed is None:
+            self.bill(usage_of(snapshot))
+        if self.traceparent is None:
+            stored = snapshot.get(TRACE)
+            self.traceparent = stored if isinstance(stored, str) else None
+        if self.trace is not None and self.trace.span is None:
+            self.traceparent = self.trace.begin(self.traceparent, seq=newest.seq + 1)
+
+    def _carried(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``snapshot`` with what every row carries: the usage total and the trace, when set."""
+        if self._billed is not None:
+            snapshot[USAGE] = self._billed
+        if self.traceparent is not None:
+            snapshot[TRACE] = self.traceparent
+        return snapshot
 
     # -- seq ----------------------------------------------------------------------------------------
 
@@ -307,6 +369,8 @@ class RunLog:
         seq = self.take_seq()
         if seq == 0 and self.fingerprint is not None:
             snapshot[FINGERPRINT] = self.fingerprint
+        if self._billed is not None or self.traceparent is not None:
+            self._carried(snapshot)
         return Checkpoint(
             execution_id=self.execution_id,
             seq=seq,
@@ -341,7 +405,7 @@ class RunLog:
             node_id=step.node_id,
             step_index=step.step_index,
             step_type=step_type,
-            state_snapshot={VERSION: self.version} if self.version is not None else {},
+            state_snapshot=self._carried({VERSION: self.version} if self.version is not None else {}),
             node_input=node_input,
             agent_path=step.agent_path,
         )

@@ -50,7 +50,7 @@ from ._output import OUTPUT_TYPE, plain_value
 from ._queries import run_status
 from ._result import RunResult
 from ._run_actor import Opening, RunActor
-from ._runlog import DEFAULT_OUTAGE_GRACE
+from ._runlog import DEFAULT_OUTAGE_GRACE, usage_of
 from ._shutdown import report_stop
 from ._versions import version_of
 from .topologies import Runner, Supervisor, Swarm
@@ -472,15 +472,20 @@ class Runs:
 async def _resting(store: Store, newest: Checkpoint) -> RunResult | None:
     """How the run stands if ``newest`` is a resting row (its end, or a pause); else ``None``."""
     execution_id, snapshot = newest.execution_id, newest.state_snapshot
+    usage = usage_of(snapshot)
     if newest.step_type == RUN_END:
         if newest.status == COMPLETED:
             output = snapshot.get("output")
             value = plain_value(output) if snapshot.get(OUTPUT_TYPE) else None
-            return RunResult(execution_id=execution_id, status="completed", output=output, value=value)
-        return RunResult(execution_id=execution_id, status="failed", error=snapshot.get("run_error"))
+            return RunResult(
+                execution_id=execution_id, status="completed", output=output, value=value, usage=usage
+            )
+        error = snapshot.get("run_error")
+        return RunResult(execution_id=execution_id, status="failed", error=error, usage=usage)
     if newest.status == INTERRUPTED:
-        pending = await store.pending(execution_id)
-        return RunResult(execution_id=execution_id, status="paused", pending=pending[0] if pending else None)
+        found = await store.pending(execution_id)
+        pending = found[0] if found else None
+        return RunResult(execution_id=execution_id, status="paused", pending=pending, usage=usage)
     return None
 
 

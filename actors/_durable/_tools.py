@@ -211,7 +211,12 @@ def _run_fields() -> dict[str, Any]:
     ctx = current_context()
     if ctx is None:
         return {}
-    return {"execution_id": ctx.execution_id, "agent_path": ctx.agent_path, "node_id": ctx.node_id}
+    return {
+        "execution_id": ctx.execution_id,
+        "agent_path": ctx.agent_path,
+        "node_id": ctx.node_id,
+        "seq": ctx.step,
+    }
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

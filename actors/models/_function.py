@@ -9,7 +9,7 @@ from typing import Any
 
 from ._errors import ModelError
 from ._stream import emit_text
-from ._types import Message, ModelReply
+from ._types import Message, ModelReply, Usage
 
 __all__ = ["FunctionModel"]
 
@@ -23,7 +23,7 @@ class FunctionModel:
     ``fn`` returns a ``str`` (the final answer) or a :class:`ModelReply` (e.g. with tool calls). It
     may also be a generator, sync or async, that yields the answer in pieces, as a streaming model
     does: each ``str`` is a piece of text (handed to the bound text sink as it comes), a yielded
-    ``ModelReply`` adds its text and its tool calls. ``fn`` gets its own copy of the message list,
+    ``ModelReply`` adds its text, its tool calls and its ``usage``. ``fn`` gets its own copy of the message list,
     so it cannot change the run's conversation. Tests and examples use it to script a conversation
     with no network; an exception ``fn`` raises is the model failing (the run fails and can be
     resumed).
@@ -64,13 +64,16 @@ class FunctionModel:
     def _joined(self, pieces: list[Any]) -> ModelReply:
         texts: list[str] = []
         calls = []
+        usage: Usage | None = None
         for piece in pieces:
             if isinstance(piece, ModelReply):
                 texts.append(piece.text)
                 calls.extend(piece.tool_calls)
+                if piece.usage is not None:
+                    usage = piece.usage if usage is None else usage + piece.usage
             else:
                 texts.append(piece)
-        return ModelReply(text="".join(texts), tool_calls=calls)
+        return ModelReply(text="".join(texts), tool_calls=calls, usage=usage)
 
     def __repr__(self) -> str:
         return f"FunctionModel({self.name!r})"

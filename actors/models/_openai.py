@@ -15,12 +15,13 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 
 from ._errors import ModelError
 from ._retry import MAX_SERVER_WAIT, backoff_delay, server_wait, should_retry
 from ._stream import Assembly, server_events
 from ._types import Message, ModelReply
-from ._wire import read_completion, read_message, request_body, server_message
+from ._wire import read_completion, read_message, read_usage, request_body, server_message
 
 __all__ = ["OpenAIChat"]
 
@@ -150,9 +151,11 @@ class OpenAIChat:
                 f"model server at {response.request.url} ended its stream before the answer was "
                 "finished (no finish_reason, no [DONE])"
             )
-        return read_message(
+        reply = read_message(
             assembly.message(), assembly.finish_reason, accept_truncated=self.accept_truncated
         )
+        usage = read_usage(assembly.usage)
+        return reply if usage is None else msgspec.structs.replace(reply, usage=usage)
 
     async def _post(
         self, path: str, body: bytes, read: Callable[[httpx.Response, int], Awaitable[ModelReply]]

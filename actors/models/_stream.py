@@ -92,6 +92,8 @@ class Assembly:
         self._slots: dict[Any, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.done = False
+        #: The ``usage`` object of the stream (the chunk ``stream_options.include_usage`` adds last).
+        self.usage: Any = None
 
     def feed(self, payload: str, attempt: int) -> None:
         """Take one event's data: a chunk (its text goes to the sink), the end, or a streamed error."""
@@ -108,6 +110,8 @@ class Assembly:
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else error
             raise ModelError(f"model server streamed an error: {str(message)[:500]}")
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # only the first choice is read, as without streaming

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["ROLES", "Message", "ModelReply", "ToolCall", "Transcript", "new_call_id"]
+__all__ = ["ROLES", "Message", "ModelReply", "ToolCall", "Transcript", "Usage", "new_call_id"]
 
 #: The roles a message may have.
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -93,11 +93,30 @@ class Message(msgspec.Struct, frozen=True):
         return msgspec.convert(data, cls)
 
 
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens a model call was billed for: ``input_tokens`` read (the prompt) and ``output_tokens``
+    generated. Usages add up (``a + b``), which is how a run sums its calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.input_tokens or self.output_tokens)
+
+
 class ModelReply(msgspec.Struct, frozen=True):
-    """What a model answers: a final ``text``, or ``tool_calls`` to run first (with optional text)."""
+    """What a model answers: a final ``text``, or ``tool_calls`` to run first (with optional text),
+    and the ``usage`` the call was billed for, when the model reports it."""
 
     text: str = ""
     tool_calls: list[ToolCall] = []
+    usage: Usage | None = None
 
     def to_message(self) -> Message:
         """The assistant message that records this reply in the conversation."""

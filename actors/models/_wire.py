@@ -19,9 +19,17 @@ from stores import SerializationError, encode_json
 
 from .._core._log import tether_logger
 from ._errors import ModelError
-from ._types import Message, ModelReply, ToolCall
+from ._types import Message, ModelReply, ToolCall, Usage
 
-__all__ = ["read_arguments", "read_completion", "read_message", "request_body", "server_message", "to_wire"]
+__all__ = [
+    "read_arguments",
+    "read_completion",
+    "read_message",
+    "read_usage",
+    "request_body",
+    "server_message",
+    "to_wire",
+]
 
 #: Body keys that only make sense with tools; a request without tools leaves them out.
 _TOOL_KEYS = ("tool_choice", "parallel_tool_calls")
@@ -48,6 +56,7 @@ def request_body(
         body["response_format"] = formats[-1]
     if stream:
         body["stream"] = True
+        body["stream_options"] = {"include_usage": True}  # the last chunk carries the usage
     body.update(extra)
     if not tools:
         for key in _TOOL_KEYS:
@@ -90,7 +99,23 @@ def read_completion(data: Any, *, accept_truncated: bool = False) -> ModelReply:
             raise TypeError(message)
     except (KeyError, IndexError, TypeError) as exc:
         raise ModelError(f"model reply is not a chat completion: {_error_of(data)}") from exc
-    return read_message(message, choice.get("finish_reason"), accept_truncated=accept_truncated)
+    reply = read_message(message, choice.get("finish_reason"), accept_truncated=accept_truncated)
+    usage = read_usage(data.get("usage"))
+    return reply if usage is None else msgspec.structs.replace(reply, usage=usage)
+
+
+def read_usage(raw: Any) -> Usage | None:
+    """A reply's ``usage`` object as :class:`Usage` (``prompt_tokens``/``completion_tokens``, or the
+    ``input_tokens``/``output_tokens`` some servers send); None when it holds neither count."""
+    if not isinstance(raw, dict):
+        return None
+    tokens = []
+    for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
+        value = next((raw[n] for n in names if n in raw), None)
+        tokens.append(value if type(value) is int and value >= 0 else None)
+    if tokens == [None, None]:
+        return None
+    return Usage(input_tokens=tokens[0] or 0, output_tokens=tokens[1] or 0)
 
 
 def read_message(message: dict[str, Any], finish_reason: Any, *, accept_truncated: bool) -> ModelReply:

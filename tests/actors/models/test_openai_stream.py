@@ -12,9 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
-from _chat_server import ChatServer, Reply, ok, serve
+from _chat_server import ChatServer, Reply, completion, serve
 
-from actors.models import Message, ModelError, ModelReply, OpenAIChat
+from actors.models import Message, ModelError, ModelReply, OpenAIChat, Usage
 from actors.models._stream import text_sink
 
 pytestmark = pytest.mark.anyio
@@ -86,7 +86,8 @@ def collect() -> tuple[list[tuple[str, int]], Any]:
 
 
 async def test_a_streamed_reply_equals_the_one_without_streaming(server: ChatServer) -> None:
-    server.script = [ok(WHOLE, "tool_calls"), Reply(chunks=PIECES)]
+    usage = {"prompt_tokens": 9, "completion_tokens": 30, "total_tokens": 39}
+    server.script = [Reply(body={**completion(WHOLE, "tool_calls"), "usage": usage}), Reply(chunks=PIECES)]
     got, sink = collect()
     with anyio.fail_after(LIMIT):
         async with OpenAIChat("m", base_url=server.base_url) as plain:
@@ -95,6 +96,7 @@ async def test_a_streamed_reply_equals_the_one_without_streaming(server: ChatSer
             with text_sink(sink):
                 streamed = await streaming.complete(HI, TOOLS)
     assert streamed == whole
+    assert streamed.usage == Usage(input_tokens=9, output_tokens=30)
     assert [(c.id, c.name, c.arguments) for c in streamed.tool_calls] == [
         ("call_r", "refund", {"order": "A-1", "amount": 5}),
         ("call_n", "notify", {"customer": "zoë"}),
@@ -103,6 +105,7 @@ async def test_a_streamed_reply_equals_the_one_without_streaming(server: ChatSer
     assert got == [("Refunding,", 1), (" then telling", 1), (" Zoë.", 1)]
     plain_body, stream_body = server.bodies()
     assert "stream" not in plain_body and stream_body.pop("stream") is True
+    assert stream_body.pop("stream_options") == {"include_usage": True}  # the usage comes last
     assert stream_body == plain_body
 
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from _chat_server import Reply, serve
 
-from actors.models import Message, ModelReply, OpenAIChat
+from actors.models import Message, ModelReply, OpenAIChat, Usage
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -36,7 +36,9 @@ async def test_request_bodies_match_the_sdks_recorded_bodies() -> None:
                 for call, result in zip(first.tool_calls, convo["tool_results"], strict=True):
                     messages.append(Message("tool", result, tool_call_id=call.id, name=call.name))
                 final = await model.complete(messages, convo["tools"])
-        assert final == ModelReply("Refunded 12.50 € and told Zoë.")
+        assert final == ModelReply(
+            "Refunded 12.50 € and told Zoë.", usage=Usage(input_tokens=200, output_tokens=12)
+        )
         sent = [request.raw.decode() for request in server.requests]
     assert len(sent) == len(recorded["bodies"]) == 2
     for ours, theirs in zip(sent, recorded["bodies"], strict=True):
