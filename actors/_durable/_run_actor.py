@@ -131,8 +131,13 @@ class RunActor(Actor):
                 trace.abandon(error)
             raise
         try:
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
-                opening.next = await engine.opening(opening.messages)
+            token = trace.enter() if trace is not None else None
+            try:
+                with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
+                    opening.next = await engine.opening(opening.messages)
+            finally:
+                if trace is not None:
+                    trace.leave(token)
             if scope.cancelled_caught:
                 raise TimeoutError(f"the first row of run {self.execution_id!r} took over {_OPEN_TIMEOUT} s")
             launch()

@@ -160,6 +160,18 @@ class RunTrace:
             return traceparent
         return _traceparent(span)
 
+    def enter(self) -> object:
+        """Make the activation's span current (in this task) until :meth:`leave`."""
+        from opentelemetry import context
+
+        return context.attach(self._context) if self._context is not None else None
+
+    def leave(self, token: object) -> None:
+        if token is not None:
+            from opentelemetry import context
+
+            context.detach(token)  # type: ignore[arg-type]
+
     def reentered(self, attempt: int) -> None:
         """The activation re-enters a step at ``attempt`` (the first level to say so is the one)."""
         if self.span is not None and not self._attempt_set:
