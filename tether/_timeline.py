@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from actors import RunSummary
+from actors.models import Usage
 from stores import Checkpoint, ReplicatedStore, RunNotFound, Store, parse_path
 
 from ._content import RowContent, row_contents
@@ -30,12 +31,16 @@ __all__ = [
     "status_text",
     "sync_states",
     "timeline",
+    "usage_text",
     "when",
 ]
 
 _MESSAGES = "messages"
-#: What a run records about its code (its runner's version and fingerprint), not a step's state.
-_RUN_KEYS = frozenset({"fingerprint", "version"})
+#: What a run records about its code (its runner's version and fingerprint) and its trace, not a
+#: step's state.
+_RUN_KEYS = frozenset({"fingerprint", "version", "trace"})
+#: The snapshot key of the run's running usage total (see ``docs/observability.md``).
+_USAGE = "usage"
 
 
 class TimelineRow(msgspec.Struct, kw_only=True, frozen=True):
@@ -53,6 +58,8 @@ class TimelineRow(msgspec.Struct, kw_only=True, frozen=True):
     interrupt_reason: str | None = None
     sync: str = "-"
     content: RowContent | None = None
+    #: The tokens of the model replies this row is the first to count (``""``: none).
+    tokens: str = ""
 
     @property
     def tree(self) -> str:
@@ -132,8 +139,15 @@ def timeline(rows: list[Checkpoint], sync: dict[str, str] | None = None) -> list
     replication state (``synced``, ``quarantined: ...``), ``-`` where it has none."""
     out = []
     contents = row_contents(rows)
+    billed = Usage()
     for row in rows:
         depth, label = _place(row.agent_path)
+        total = _total(row)
+        added = Usage(
+            input_tokens=max(0, total.input_tokens - billed.input_tokens),
+            output_tokens=max(0, total.output_tokens - billed.output_tokens),
+        )
+        billed = total if total else billed
         out.append(
             TimelineRow(
                 seq=row.seq,
@@ -148,9 +162,26 @@ def timeline(rows: list[Checkpoint], sync: dict[str, str] | None = None) -> list
                 interrupt_reason=row.interrupt_reason,
                 sync=(sync or {}).get(row.checkpoint_id, "-"),
                 content=contents[row.seq],
+                tokens=f"+{added.input_tokens} in, +{added.output_tokens} out" if added else "",
             )
         )
     return out
+
+
+def _total(row: Checkpoint) -> Usage:
+    """The run's usage total as ``row`` records it."""
+    stored = row.state_snapshot.get(_USAGE)
+    if not isinstance(stored, dict):
+        return Usage()
+    counts = {k: v for k, v in stored.items() if k in ("input_tokens", "output_tokens") and type(v) is int}
+    return Usage(**counts)
+
+
+def usage_text(usage: Usage) -> str:
+    """A run's token usage as operators read it (``""`` when its models reported none)."""
+    if not usage:
+        return ""
+    return f"{usage.input_tokens} input + {usage.output_tokens} output tokens"
 
 
 def pick_rows(rows: list[Checkpoint], seq_a: int, seq_b: int) -> tuple[Checkpoint, Checkpoint]:

@@ -1,5 +1,8 @@
 """``tether show ID [--json] [--follow]``: how the run stands, then its timeline (agent paths as a tree).
 
+A run whose models reported token usage shows its total under its status, and a ``TOKENS`` column
+with the tokens each row is the first to count (the replies of the model calls before it).
+
 With ``--follow`` the command then follows the run live (``RunRef.events()``, from any process) and
 prints a line per event until the run's next pause or its end (at once for a completed run); with
 ``--json --follow`` it prints NDJSON instead: every event of the run from its first row on, one per
@@ -23,7 +26,7 @@ from actors.events import (
     encode_event,
 )
 
-from .._timeline import next_step, status_text, sync_states, timeline, when
+from .._timeline import next_step, status_text, sync_states, timeline, usage_text, when
 from ._command import Command
 from ._common import add_json, emit_json, opened_system, print_table
 from .runs import summary_detail
@@ -94,15 +97,19 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"{summary.execution_id}  {standing}  runner {summary.runner}{version}  {summary.rows} rows")
         if detail and summary.status != "approved":
             print(f"  {detail}")
+        if summary.usage:
+            print(f"  usage: {usage_text(summary.usage)}")
         step = next_step(summary)
         if step is not None:
             print(f"  to go on, {step[0]}: {step[1]}")
         print()
-        print_table(
-            ["SEQ", "NODE", "STEP", "STATUS", "TIME (UTC)", "SYNC", "AGENT PATH"],
-            [[r.seq, r.node_id, r.step_type, r.status, when(r.created_at), r.sync, r.tree] for r in lines],
-            status_column=3,
-        )
+        headers = ["SEQ", "NODE", "STEP", "STATUS", "TIME (UTC)", "SYNC", "AGENT PATH"]
+        table = [[r.seq, r.node_id, r.step_type, r.status, when(r.created_at), r.sync, r.tree] for r in lines]
+        if summary.usage:  # the tokens of the replies each row is the first to count
+            headers.insert(-1, "TOKENS")
+            for row, line in zip(table, lines, strict=True):
+                row.insert(-1, line.tokens or "-")
+        print_table(headers, table, status_column=3)
         if args.follow:
             sys.stdout.flush()
             await _follow(system, args, since=rows[-1].seq + 1)

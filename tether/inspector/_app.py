@@ -29,7 +29,16 @@ from stores import PendingInterrupt, RunNotFound, StoreUnavailable, TetherError
 
 from .._commands._common import STATUSES, Runner
 from .._store_url import opened_store
-from .._timeline import diff_rows, next_step, pick_rows, status_text, sync_states, timeline, when
+from .._timeline import (
+    diff_rows,
+    next_step,
+    pick_rows,
+    status_text,
+    sync_states,
+    timeline,
+    usage_text,
+    when,
+)
 from ._guard import csrf_ok
 
 __all__ = ["DRIVE_TIMEOUT", "PAGE", "build_app"]
@@ -54,6 +63,7 @@ _STATUSES: Final = STATUSES
 _templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 _templates.env.filters["when"] = when
 _templates.env.filters["status_text"] = status_text
+_templates.env.filters["usage_text"] = usage_text
 _templates.env.filters["json"] = lambda value: msgspec.json.encode(value).decode()
 
 
