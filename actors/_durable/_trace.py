@@ -268,12 +268,11 @@ class RunTrace:
         token = context.attach(trace.set_span_in_context(span))
         try:
             outcome = await invoke()
-        except PauseSignal as signal:
-            span.add_event("tether.paused", {"tether.reason": signal.reason})
-            span.end()
-            raise
         except BaseException as error:
-            _failed(span, error)
+            if _is_pause(error):
+                span.add_event("tether.paused")
+            else:
+                _failed(span, error)
             span.end()
             raise
         finally:
@@ -283,6 +282,14 @@ class RunTrace:
             span.set_attribute("error.type", outcome.error or "tool_error")
         span.end()
         return outcome
+
+
+def _is_pause(error: BaseException) -> bool:
+    """Whether ``error`` is a tool's pause (``interrupt()``), also inside an exception group."""
+    if isinstance(error, BaseExceptionGroup):
+        match, rest = error.split(PauseSignal)
+        return match is not None and rest is None
+    return isinstance(error, PauseSignal)
 
 
 def _failed(span: Span, error: BaseException) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util._once import Once
 
-from actors import ActorSystem, Agent, tool
+from actors import ActorSystem, Agent, Supervisor, tool
 from actors._core import tether_logger
 from actors.models import FunctionModel, Message, ModelReply, OpenAIChat, ToolCall, Usage
 from stores import SQLiteStore
@@ -305,6 +307,7 @@ async def test_paused_in_one_process_resumed_in_another_is_one_trace(
     # The paused tool is no error; the tool run again after the approval is its attempt 2.
     [paused] = named(before, "execute_tool refund")
     assert paused["status"]["status_code"] == "UNSET" and paused["attributes"]["tether.attempt"] == 1
+    assert [event["name"] for event in paused["events"]] == ["tether.paused"]
     [approved] = named(after, "execute_tool refund")
     assert approved["attributes"]["tether.attempt"] == 2
     assert approved["attributes"]["tether.seq"] == paused["attributes"]["tether.seq"] == 1
@@ -367,3 +370,69 @@ async def test_a_model_call_cut_by_sigkill_is_reissued_as_attempt_2_in_the_same_
     assert reissued["attributes"]["gen_ai.usage.input_tokens"] == 11
     assert answer["attributes"]["tether.attempt"] == 1
     assert run["attributes"]["tether.attempt"] == 2
+
+
+async def test_a_run_spawned_inside_a_span_starts_its_trace_under_it(
+    spans: InMemorySpanExporter, sqlite_path: Path
+) -> None:
+    agent = Agent("answers", FunctionModel(lambda messages: "hello"))
+    async with SQLiteStore(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
+        with trace.get_tracer("app").start_as_current_span("POST /refunds") as request:
+            ref = await system.spawn(agent, "hi")
+        await ref.result()
+    [run] = by_name(spans.get_finished_spans())["invoke_agent answers"]
+    assert run.parent is not None and run.parent.span_id == request.get_span_context().span_id
+    assert run.context.trace_id == request.get_span_context().trace_id
+
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "observability.md"
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_the_observability_page_example_runs(tmp_path: Path, loop: str) -> None:
+    """The page's example exports its spans to the console and prints the run's usage."""
+    [example] = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+    if loop == "trio":
+        example = example.replace("anyio.run(main)", 'anyio.run(main, backend="trio")')
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    names = re.findall(r'^    "name": "([^"]+)"', done.stdout, flags=re.MULTILINE)
+    assert names == ["chat scripted", "execute_tool refund", "chat scripted", "invoke_agent refund-bot"]
+    assert done.stdout.rstrip().endswith("completed Usage(input_tokens=92, output_tokens=15)")
+
+
+async def test_a_supervisors_workers_trace_under_the_run_span(
+    spans: InMemorySpanExporter, sqlite_path: Path
+) -> None:
+    """A topology is one run: its workers' model calls (in their own actors) are spans of the run's
+    activation, told apart by their agent path."""
+
+    def manager(messages: list[Message]) -> str | ModelReply:
+        if any(m.role == "tool" for m in messages):
+            return "reported"
+        return ModelReply(tool_calls=[ToolCall("delegate_to_research", {"task": "look"})])
+
+    worker = Agent("research", FunctionModel(lambda messages: "found it", name="worker-model"))
+    lead = Supervisor(
+        "lead", Agent("manager", FunctionModel(manager, name="lead-model")), {"research": worker}
+    )
+    async with SQLiteStore(sqlite_path) as store, ActorSystem(store, runners=[lead]) as system:
+        with anyio.fail_after(LIMIT):
+            result = await (await system.spawn(lead, "report")).result()
+    assert result.output == "reported"
+    found = spans.get_finished_spans()
+    [run] = [s for s in found if s.name == "invoke_agent lead"]
+    chats = [(s.name, s.attributes["tether.agent_path"]) for s in found if s.name.startswith("chat ")]
+    assert chats == [
+        ("chat lead-model", "supervisor:lead"),
+        ("chat worker-model", "supervisor:lead/worker:research"),
+        ("chat lead-model", "supervisor:lead"),
+    ]
+    assert all(s.context.trace_id == run.context.trace_id for s in found)
+    assert all(
+        s.parent is not None and s.parent.span_id == run.context.span_id for s in found if s is not run
+    )
