@@ -3,21 +3,25 @@
     python -m benchmarks.tracing [--runs 300] [--concurrency 16] [--rounds 5] [--tiny]
 
 The small refund of :mod:`benchmarks.step_path` (tether's contender: ``spawn`` then ``result()``,
-4 rows a run on SQLite, WAL, ``synchronous=FULL``), measured in three configurations, each in a
-fresh child process on a fresh file, interleaved over ``--rounds`` rounds:
+4 rows a run on SQLite, WAL, ``synchronous=FULL``) in three configurations, measured in one process
+batch by batch (:data:`BATCH` runs a batch, the configurations in a rotating order; ``runs`` a multiple of it), so that the
+machine's drift and a disk's fsync weigh on all three alike:
 
-* untraced: ``opentelemetry`` is never imported (checked in the child);
-* api, no provider: ``opentelemetry.trace`` is imported and no tracer provider is configured, as in
-  an application that installed the ``otel`` extra and does not trace: tether looks for a provider
-  once per activation and finds the api's proxy, so no span is made and nothing is stored;
-* traced: the SDK's ``TracerProvider`` with one span processor that counts the spans that end
-  (4 a run: ``invoke_agent``, two ``chat``, one ``execute_tool``; checked) and exports nothing, so
-  the figure is tether's instrumentation and the SDK's span objects, not an exporter's I/O.
+* untraced: ``opentelemetry.trace`` is not among the imported modules (taken out of
+  ``sys.modules`` for the batch), so tether finds no api, exactly as if it was never imported;
+* api, no provider: ``opentelemetry.trace`` imported and no tracer provider configured, as in an
+  application that installed the ``otel`` extra and does not trace: tether looks for a provider once
+  per activation, finds the api's proxy, makes no span and stores nothing;
+* traced: the SDK's ``TracerProvider`` (set as the api's provider for the batch, as the api's own
+  tests do) with one span processor that counts the spans that end (4 a run: ``invoke_agent``, two
+  ``chat``, one ``execute_tool``; checked) and exports nothing, so the figure is tether's
+  instrumentation and the SDK's span objects, not an exporter's I/O.
 
-It prints runs/s and the event-loop thread's CPU per run (``time.thread_time``, which a disk's
-fsync does not blur) for each, one after another and with ``--concurrency`` in flight, with the ratio
-to the untraced runs; the api without a provider should be within 3% of untraced (noise on a shared
-machine can move a single round by more; the medians are what the target reads).
+Each round is one fresh child process per concurrency (one run after another, and ``--concurrency``
+in flight), on a fresh file, every run verified (the answer, the tool once, its 4 rows). It prints
+runs/s and the event-loop thread's CPU per run (``time.thread_time``, which an fsync does not blur),
+medians over the rounds, with each configuration's ratio to untraced (the median of the rounds'
+ratios). Target: the api without a provider within 3% of untraced.
 """
 
 from __future__ import annotations
@@ -34,27 +38,22 @@ from typing import Any
 
 from benchmarks._common import interleaved, measure_child, median
 
-#: The configurations of the table; the first two also in one process, batch by batch (the A/B).
 MODES = ("untraced", "api, no provider", "traced")
-#: The api without a provider against untraced runs (the A/B): runs/s and loop CPU within 3%.
+#: The api without a provider against untraced runs: runs/s and loop CPU per run within 3%.
 TARGET = 0.97
 SPANS_PER_RUN = 4
-#: Runs a batch of the A/B (the two configurations alternate batch by batch).
+#: Runs a batch (the configurations take turns batch by batch).
 BATCH = 20
 CHILD_TIMEOUT = 600.0
 
 
-def _configure(mode: str) -> Callable[[], int]:
-    """Set the child up for ``mode``; returns how many spans have ended so far."""
-    if mode == "untraced":
-        assert "opentelemetry" not in sys.modules, "the untraced child imported opentelemetry"
-        return lambda: 0
+async def _alternating(runs: int, concurrency: int, tag: str, workdir: Path) -> list[float]:
+    """Each configuration's runs/s and loop CPU ms per run, over batches taking turns; ``runs``
+    runs of each configuration, every one verified."""
     from opentelemetry import trace
-
-    if mode in ("api, no provider", "a/b"):
-        assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        return lambda: 0
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+    from benchmarks.step_path import WARMUP, Tether, check_rows
 
     ended = [0]
 
@@ -64,32 +63,31 @@ def _configure(mode: str) -> Callable[[], int]:
 
     provider = TracerProvider()
     provider.add_span_processor(Count())
-    trace.set_tracer_provider(provider)
-    return lambda: ended[0]
-
-
-async def _alternating(runs: int, concurrency: int, tag: str, workdir: Path) -> list[float]:
-    """The A/B in this process: batches of :data:`BATCH` runs, alternating between the api hidden
-    (``opentelemetry.trace`` taken out of ``sys.modules``: tether finds no api, exactly as if it
-    was never imported) and the api imported with no provider; runs/s and loop CPU ms per run of
-    each, ``[rate_untraced, cpu_untraced, rate_api, cpu_api]``. Every run verified."""
-    from benchmarks.step_path import WARMUP, Tether, check_rows
-
     api = sys.modules["opentelemetry.trace"]
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+    def configure(mode: str) -> None:
+        if mode == "untraced":
+            sys.modules.pop("opentelemetry.trace", None)
+        else:
+            sys.modules["opentelemetry.trace"] = api
+        trace._TRACER_PROVIDER = provider if mode == "traced" else None  # type: ignore[attr-defined]
+
     contender = Tether("sqlite", workdir)
     await contender.open(tag)
-    spent = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}
+    spent = {mode: [0.0, 0.0, 0] for mode in MODES}
     ids: list[str] = []
+    traced_runs = 0
     try:
         for i in range(WARMUP):
             await contender.one(f"{tag}-warm{i}")
-        for index in range(max(1, runs // BATCH)):
-            for visible in (False, True) if index % 2 == 0 else (True, False):
-                if visible:
-                    sys.modules["opentelemetry.trace"] = api
-                else:
-                    sys.modules.pop("opentelemetry.trace", None)
-                batch = [f"{tag}-{index}-{int(visible)}-{n}" for n in range(BATCH)]
+        size = min(BATCH, runs)
+        for index in range(max(1, runs // size)):
+            shift = index % len(MODES)
+            order = MODES[shift:] + MODES[:shift]
+            for mode in order if index % 2 == 0 else tuple(reversed(order)):
+                configure(mode)
+                batch = [f"{tag}-{index}-{MODES.index(mode)}-{n}" for n in range(size)]
                 ids += batch
                 start, cpu = time.perf_counter(), time.thread_time()
                 if concurrency <= 1:
@@ -103,75 +101,74 @@ async def _alternating(runs: int, concurrency: int, tag: str, workdir: Path) -> 
                             await contender.one(run_id)
 
                     await asyncio.gather(*(worker() for _ in range(concurrency)))
-                totals = spent[visible]
+                totals = spent[mode]
                 totals[0] += time.perf_counter() - start
                 totals[1] += time.thread_time() - cpu
                 totals[2] += len(batch)
-        sys.modules["opentelemetry.trace"] = api
+                traced_runs += len(batch) if mode == "traced" else 0
+        configure("api, no provider")
         assert contender._system is not None
         await check_rows("tether", contender._system.history, ids)
+        assert ended[0] == SPANS_PER_RUN * traced_runs, (ended[0], traced_runs)
     finally:
-        sys.modules["opentelemetry.trace"] = api
+        configure("api, no provider")
         await contender.close()
     out = []
-    for visible in (False, True):
-        wall, cpu, count = spent[visible]
+    for mode in MODES:
+        wall, cpu, count = spent[mode]
         out += [count / wall, 1000 * cpu / count]
     return out
 
 
 def _measure_here(spec: str) -> None:
-    """The child: measure one configuration once; print runs/s and loop CPU ms per run (the A/B:
-    those of the untraced batches, then of the api's)."""
-    mode, concurrency, tag, runs, workdir = json.loads(spec)
-    spans = _configure(mode)
-    if mode == "a/b":
-        print(*asyncio.run(_alternating(runs, concurrency, tag, Path(workdir))))
-        return
-    from benchmarks.step_path import WARMUP, Tether, timed_runs
-
-    timing = asyncio.run(timed_runs(Tether("sqlite", Path(workdir)), tag, runs, concurrency))
-    if mode == "traced":
-        assert spans() == SPANS_PER_RUN * (runs + WARMUP), (spans(), runs)
-    print(runs / timing.wall, 1000 * timing.loop_cpu / runs)
+    """The child: one round at one concurrency; prints runs/s and loop CPU ms per run of each
+    configuration, in :data:`MODES` order."""
+    concurrency, tag, runs, workdir = json.loads(spec)
+    print(*asyncio.run(_alternating(runs, concurrency, tag, Path(workdir))))
 
 
-Results = dict[tuple[str, int], list[float]]
+#: By runs in flight: the medians of each configuration's (runs/s, CPU ms per run), and of its
+#: ratios to untraced (runs/s, CPU).
+Results = dict[int, dict[str, tuple[float, float, float, float]]]
 
 
 async def run(runs: int, concurrency: int, rounds: int) -> Results:
-    """Medians by (configuration, runs in flight): runs/s and loop CPU ms per run (the A/B: the
-    medians of its four figures, and of its two ratios, each round's from one process)."""
+    """Medians over ``rounds`` rounds, each round's figures from one child process."""
     with tempfile.TemporaryDirectory(prefix="tether-tracing-") as tmp:
         counter = iter(range(1_000_000))
         measures: dict[str, Callable[[], Awaitable[Any]]] = {}
-        for mode in (*MODES, "a/b"):
-            for flight in (1, concurrency):
+        for flight in (1, concurrency):
 
-                async def job(m: str = mode, f: int = flight) -> list[float]:
-                    spec = [m, f, f"m{next(counter)}", runs, tmp]
-                    last = await measure_child("benchmarks.tracing", spec, timeout=CHILD_TIMEOUT, what=m)
-                    values = [float(x) for x in last.split()]
-                    shown = ", ".join(f"{v:,.3f}" for v in values)
-                    print(f"  {m}/{f}: {shown}", file=sys.stderr, flush=True)
-                    if m == "a/b":  # the ratios of this round, from one process
-                        values += [values[2] / values[0], values[1] / values[3]]
-                    return values
+            async def job(f: int = flight) -> list[float]:
+                spec = [f, f"m{next(counter)}", runs, tmp]
+                last = await measure_child("benchmarks.tracing", spec, timeout=CHILD_TIMEOUT, what=f"{f}")
+                values = [float(x) for x in last.split()]
+                shown = "; ".join(
+                    f"{mode} {values[2 * i]:,.0f} runs/s {values[2 * i + 1]:.3f} ms"
+                    for i, mode in enumerate(MODES)
+                )
+                print(f"  {f} in flight: {shown}", file=sys.stderr, flush=True)
+                return values
 
-                measures[f"{mode}/{flight}"] = job
+            measures[str(flight)] = job
         samples = await interleaved(rounds, measures)
     out: Results = {}
     for name, values in samples.items():
-        mode, _, flight = name.rpartition("/")
-        out[(mode, int(flight))] = [median([v[i] for v in values]) for i in range(len(values[0]))]
+        found = {}
+        for i, mode in enumerate(MODES):
+            rate, cpu = median([v[2 * i] for v in values]), median([v[2 * i + 1] for v in values])
+            rate_x = median([v[2 * i] / v[0] for v in values])
+            cpu_x = median([v[2 * i + 1] / v[1] for v in values])
+            found[mode] = (rate, cpu, rate_x, cpu_x)
+        out[int(name)] = found
     return out
 
 
 def report(results: Results, concurrency: int, rounds: int, runs: int) -> bool:
-    """Print the table and the A/B's ratios; whether they reach the target."""
+    """Print the table; whether the api without a provider is within 3% of untraced."""
     print(
-        f"tracing cost, SQLite (WAL, synchronous=FULL): {runs} runs a measurement, "
-        f"medians of {rounds} interleaved rounds"
+        f"tracing cost, SQLite (WAL, synchronous=FULL): {runs} runs of each configuration a round, "
+        f"in batches of {min(BATCH, runs)} taking turns in one process; medians of {rounds} rounds"
     )
     flights = (1, concurrency)
     header = f"{'configuration':<20}" + "".join(
@@ -183,24 +180,17 @@ def report(results: Results, concurrency: int, rounds: int, runs: int) -> bool:
     for mode in MODES:
         cells = ""
         for flight in flights:
-            rate, cpu = results[(mode, flight)]
-            base_rate, base_cpu = results[("untraced", flight)]
-            cells += f"{rate:>22,.0f}{rate / base_rate:>6.2f}x{cpu:>12.3f}{cpu / base_cpu:>6.2f}x"
+            rate, cpu, rate_x, cpu_x = results[flight][mode]
+            cells += f"{rate:>22,.0f}{rate_x:>6.2f}x{cpu:>12.3f}{cpu_x:>6.2f}x"
         print(f"{mode:<20}{cells}")
-    print(
-        f"\nA/B in one process, batches of {BATCH} runs alternating between the api hidden and the api "
-        "imported with no provider (medians of the rounds' ratios):"
-    )
     ok = True
+    parts = []
     for flight in flights:
-        rate_u, cpu_u, rate_a, cpu_a, rate_ratio, cpu_ratio = results[("a/b", flight)]
-        ok = ok and rate_ratio >= TARGET and cpu_ratio >= TARGET
-        print(
-            f"  {flight} in flight: untraced {rate_u:,.0f} runs/s {cpu_u:.3f} ms CPU a run, api {rate_a:,.0f} "
-            f"runs/s {cpu_a:.3f} ms CPU a run: runs/s {rate_ratio:.2f}x, loop CPU {1 / cpu_ratio:.2f}x"
-        )
+        _, _, rate_x, cpu_x = results[flight]["api, no provider"]
+        ok = ok and rate_x >= TARGET and cpu_x <= 1 / TARGET
+        parts.append(f"{flight} in flight: runs/s {rate_x:.2f}x, loop CPU {cpu_x:.2f}x")
     verdict = "PASS" if ok else "MISS"
-    print(f"api with no provider over untraced: within 3% {verdict}")
+    print(f"\napi with no provider over untraced: {'; '.join(parts)} (target: within 3%) {verdict}")
     return ok
 
 
