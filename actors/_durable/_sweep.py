@@ -66,6 +66,7 @@ from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
+from ._trace import caller_traceparent
 from ._versions import version_of
 from .topologies import Runner
 
@@ -141,6 +142,7 @@ class Fleet:
                 version=runner.version,
                 fingerprint=runner.fingerprint,
             )
+            rows.traceparent = caller_traceparent()  # the run's trace starts under the caller's span
             transcript = Transcript(messages)
             await rows.append(
                 rows.row(
@@ -189,6 +191,7 @@ class Fleet:
                 version=version_of(entry.newest) or version_of(step),
             )
             rows.start_at(entry.newest.seq + 1)
+            rows.carry_on(entry.newest)  # the run's usage total and trace go on past the claim
             pending: PendingInterrupt = await store.claim(rows.bookkeeping(RESUME, step, decision))
         finally:  # the run, now mid-step, is handed to the fleet
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from ._result import RunResult
 
-__all__ = ["TRACE", "RunTrace", "active_tracer", "model_name", "rerun_attempt"]
+__all__ = ["TRACE", "RunTrace", "active_tracer", "caller_traceparent", "model_name", "rerun_attempt"]
 
 #: The instrumentation scope of tether's spans.
 _SCOPE: Final = "tether"
@@ -59,6 +59,18 @@ def active_tracer() -> Tracer | None:
     if _cached is None or _cached[0] is not provider:
         _cached = (provider, provider.get_tracer(_SCOPE))
     return _cached[1]
+
+
+def caller_traceparent() -> str | None:
+    """The ``traceparent`` of the caller's current span when a tracer provider is configured and a
+    span is recording (an enqueue records it: the run's first activation, in whichever worker,
+    starts under it); else ``None``."""
+    if active_tracer() is None:
+        return None
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    return _traceparent(span) if span.get_span_context().is_valid else None
 
 
 def _traceparent(span: Span) -> str:

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util._once import Once
 
-from actors import ActorSystem, Agent, Supervisor, tool
+from actors import ActorSystem, Agent, Resume, Supervisor, interrupt, tool
 from actors._core import tether_logger
 from actors.models import FunctionModel, Message, ModelReply, OpenAIChat, ToolCall, Usage
 from stores import SQLiteStore
@@ -436,3 +436,43 @@ async def test_a_supervisors_workers_trace_under_the_run_span(
     assert all(
         s.parent is not None and s.parent.span_id == run.context.span_id for s in found if s is not run
     )
+
+
+async def test_a_claimed_pause_and_an_enqueued_run_keep_their_trace(
+    spans: InMemorySpanExporter, sqlite_path: Path
+) -> None:
+    """A claim (no runner needed) writes its resume row with the run's trace and usage, so the
+    worker that drives the run on continues the trace; an enqueued run's trace starts under the
+    enqueuer's span, whichever worker takes it."""
+
+    @tool
+    def refund(order: str) -> str:
+        """Refund, after approval."""
+        return f"approved={interrupt('approval', {'order': order}).approved}"
+
+    def model(messages: list[Message]) -> ModelReply:
+        if messages[-1].role == "tool":
+            return ModelReply("done", usage=Usage(input_tokens=5, output_tokens=1))
+        return ModelReply(
+            tool_calls=[ToolCall("refund", {"order": "A-1"})], usage=Usage(input_tokens=3, output_tokens=2)
+        )
+
+    agent = Agent("claimed", FunctionModel(model), tools=[refund])
+    async with SQLiteStore(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
+        with anyio.fail_after(LIMIT):
+            await (await system.spawn(agent, "Refund A-1", execution_id="claimed")).result()
+            await system.claim("claimed", Resume(approved=True))
+            claimed = (await system.history("claimed"))[-1]
+            assert (await system.status("claimed")).usage == Usage(input_tokens=3, output_tokens=2)
+            done = await system.resume("claimed")
+            with trace.get_tracer("app").start_as_current_span("POST /queue") as request:
+                queued = await system.enqueue(agent, "Refund B-2")
+            assert await system.sweep() == 1
+    assert claimed.step_type == "resume" and "trace" in claimed.state_snapshot
+    assert done.usage == Usage(input_tokens=8, output_tokens=3)
+    found = spans.get_finished_spans()
+    first, second, third = (s for s in found if s.name == "invoke_agent claimed")
+    assert first.context.trace_id == second.context.trace_id != third.context.trace_id
+    assert second.parent is not None and second.parent.span_id == first.context.span_id
+    assert third.parent is not None and third.parent.span_id == request.get_span_context().span_id
+    assert third.attributes["tether.execution_id"] == queued
