@@ -497,7 +497,11 @@ class Level:
             )
         value = spec.decode(output) if spec is not None and output is not None else None
         return RunResult(
-            execution_id=self.execution_id, status="completed", output=output, value=value, usage=self.rows.usage
+            execution_id=self.execution_id,
+            status="completed",
+            output=output,
+            value=value,
+            usage=self.rows.usage,
         )
 
     def _row(
