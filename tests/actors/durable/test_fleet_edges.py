@@ -251,7 +251,10 @@ async def test_a_sweep_goes_past_an_expired_pause_decided_elsewhere(
     assert len(said) == 1 and "execution_id='x1'" in said[0], said
 
 
-async def test_a_paused_run_whose_owner_died_has_its_stale_ownership_dropped(store_backend: Backend) -> None:
+async def test_a_paused_run_whose_owner_died_has_its_stale_ownership_dropped(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
     agent = _agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _paused(system, agent, "p2")
@@ -261,3 +264,45 @@ async def test_a_paused_run_whose_owner_died_has_its_stale_ownership_dropped(sto
         assert await system.sweep() == 0  # a resting run: nothing to drive
         assert "p2" not in await store.orphans()
         assert (await system.status("p2")).status == "paused"
+    assert [r.getMessage() for r in caplog.records if r.name == "tether"] == []  # not tried and refused
+
+
+class DownReads(SQLiteStore):
+    """A SQLite store whose reads of a run's newest row fail while ``down``."""
+
+    down = False
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        if self.down:
+            raise StoreUnavailable("the store is down")
+        return await super().latest(execution_id)
+
+
+async def test_a_run_let_go_in_an_outage_is_taken_by_a_later_sweep(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    agent = _agent()
+    async with DownReads(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await system.enqueue(agent, "o1", execution_id="q1")
+        store.down = True
+        assert await system.sweep() == 0
+        said = [r.getMessage() for r in caplog.records if r.name == "tether"]
+        assert len(said) == 1, said
+        assert said[0].startswith("event='run let go in a store outage' execution_id='q1'"), said
+        assert "error=\"StoreUnavailable('the store is down')\"" in said[0], said
+        store.down = False
+        assert await system.sweep() == 1
+        assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
+
+
+class NoOwnership(SQLiteStore):
+    """A store that records no run ownership (no ``orphans``), as a third-party store may."""
+
+    orphans = None
+
+
+async def test_a_store_without_ownership_cannot_serve_a_fleet(tmp_path: Path) -> None:
+    async with NoOwnership(tmp_path / "t.db") as store, ActorSystem(store) as system:
+        with pytest.raises(TypeError, match="does not record run ownership, so it cannot serve a fleet"):
+            await system.sweep()
