@@ -61,7 +61,9 @@ from ._durable import (
     RunRef,
     RunResult,
     RunSummary,
+    Schedule,
     SideEffectInDoubt,
+    Signal,
     Supervisor,
     Swarm,
     ToolNotFound,
@@ -69,7 +71,10 @@ from ._durable import (
     idempotency_key,
     idempotent,
     interrupt,
+    sleep,
+    sleep_until,
     tool,
+    wait_signal,
 )
 from ._system import ActorSystem
 
@@ -107,8 +112,10 @@ __all__ = [
     "RunnerChanged",
     "RunnerNotFound",
     "RunnerVersionMismatch",
+    "Schedule",
     "SerializationError",
     "SideEffectInDoubt",
+    "Signal",
     "Supervision",
     "Supervisor",
     "Swarm",
@@ -119,7 +126,10 @@ __all__ = [
     "idempotency_key",
     "idempotent",
     "interrupt",
+    "sleep",
+    "sleep_until",
     "tool",
+    "wait_signal",
 ]
 
 

@@ -10,25 +10,26 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
 from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, run_status
 from ._durable._runlog import DEFAULT_OUTAGE_GRACE
+from ._durable._schedules import public, stored
 from ._durable._shutdown import SignalWake
 from ._replica import KickingStore, ReplicatorLike
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import timedelta
+    from datetime import datetime, timedelta
     from typing import Self
 
     from stores import Checkpoint, PendingInterrupt, Queue, Store
 
     from ._core import Actor, ActorRef, RestartIntensityExceeded
-    from ._durable import Cancel, Recover, Resume, Runner, RunResult, RunSummary
+    from ._durable import Cancel, Recover, Resume, Runner, RunResult, RunSummary, Schedule, Signal
     from .models import Message
 
 __all__ = ["ActorSystem"]
@@ -155,10 +156,47 @@ class ActorSystem:
         """
         return await self._runs.spawn(runner, input, execution_id=execution_id)
 
-    async def send(self, execution_id: str, message: Resume | Recover | Cancel) -> RunRef:
-        """Deliver a ``Resume``, ``Recover()`` or ``Cancel(reason)`` to the run, activating it from the
-        store if no actor for it lives here. ``RunNotFound`` / ``RunnerNotFound`` are raised here;
-        refusals (a lost claim, a finished run) from ``RunRef.result()``."""
+    async def signal(self, execution_id: str, name: str, payload: Any = None) -> None:
+        """Append a signal to the run's inbox (durable, ordered) and return once it is committed; no
+        runner and no ownership needed, from any process. A ``"message"`` signal with a str payload
+        is a user message at the run's next model turn; ``wait_signal(name)`` in a tool takes the
+        others. ``RunNotFound`` for a run without rows, ``AlreadyResumed`` for a completed one,
+        ``SerializationError`` for a payload outside the JSON rule (checked first); none writes."""
+        await self._restore_missing(execution_id)
+        await self._runs.signal(execution_id, name, payload)
+
+    async def schedule(
+        self,
+        name: str,
+        runner: Runner,
+        input: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        start_at: datetime | None = None,
+    ) -> None:
+        """Upsert the schedule ``name``: ``runner`` runs ``input`` at each tick of ``cron`` (five
+        fields, UTC) or every ``every``, first at ``start_at`` (or the first cron tick from it)
+        if given. Serving workers with the runner start exactly one run per tick, id
+        ``"<name>@<tick>"``; ticks missed while none served run once (the latest). Redeclaring a
+        schedule with the same timing keeps its next tick."""
+        schedule = stored(name, runner.name, input, cron=cron, every=every, start_at=start_at)
+        self._runs.adopt(runner)
+        await (await self._durable_store()).put_schedule(schedule)
+
+    async def unschedule(self, name: str) -> bool:
+        """Delete the schedule ``name`` (no tick starts after); whether there was one."""
+        return await (await self._durable_store()).delete_schedule(name)
+
+    async def schedules(self) -> list[Schedule]:
+        """Every schedule in the store, by name, with its next tick and its latest run."""
+        return [public(found) for found in await (await self._durable_store()).list_schedules()]
+
+    async def send(self, execution_id: str, message: Resume | Recover | Cancel | Signal) -> RunRef:
+        """Deliver a ``Resume``, ``Recover()``, ``Cancel(reason)`` or ``Signal(name, payload)`` to the
+        run, activating it from the store if no actor for it lives here (a ``Signal`` is the same
+        delivery as :meth:`signal`, its refusals raised here). ``RunNotFound`` / ``RunnerNotFound``
+        are raised here; refusals (a lost claim, a finished run) from ``RunRef.result()``."""
         await self._restore_missing(execution_id)
         return await self._runs.send(execution_id, message)
 

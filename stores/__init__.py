@@ -56,8 +56,11 @@ from ._model import (
     RESUME,
     RESUME_KEY,
     RUN_END,
+    SIGNAL,
     STATUSES,
     TOOL_CALL,
+    WAIT,
+    WAKE,
     Cached,
     CacheEntry,
     Checkpoint,
@@ -80,6 +83,18 @@ from ._paths import (
 )
 from ._protocol import ReplicatedStore, Store
 from ._queues import DEFAULT_QUEUE, Admission, Queue, check_enqueue, parse_queue
+from ._schedules import StoredSchedule
+from ._signals import (
+    CONSUMES,
+    MESSAGE,
+    WAIT_DEADLINE,
+    WAIT_K,
+    WAIT_NAME,
+    WAIT_STEP,
+    WAKE_AT,
+    SignalsWaiting,
+    StoredSignal,
+)
 from ._url import open_store
 from ._watch import RowWatch
 from .sqlite import SQLiteStore
@@ -90,6 +105,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOOKKEEPING_STEPS",
     "COMPLETED",
+    "CONSUMES",
     "DEFAULT_QUEUE",
     "FAILED",
     "FORK_ORIGIN",
@@ -99,6 +115,7 @@ __all__ = [
     "LLM_CALL",
     "MAX_EXECUTION_ID",
     "MAX_JSON_DEPTH",
+    "MESSAGE",
     "PATH_KINDS",
     "RECOVER",
     "REENTRY_SEQ",
@@ -106,8 +123,16 @@ __all__ = [
     "RESUME_KEY",
     "ROW_STATES",
     "RUN_END",
+    "SIGNAL",
     "STATUSES",
     "TOOL_CALL",
+    "WAIT",
+    "WAIT_DEADLINE",
+    "WAIT_K",
+    "WAIT_NAME",
+    "WAIT_STEP",
+    "WAKE",
+    "WAKE_AT",
     "Admission",
     "AlreadyResumed",
     "CacheEntry",
@@ -133,12 +158,15 @@ __all__ = [
     "RunNotFound",
     "SQLiteStore",
     "SerializationError",
+    "SignalsWaiting",
     "Store",
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
     "StoreUnavailable",
     "StoredRow",
+    "StoredSchedule",
+    "StoredSignal",
     "TetherError",
     "WriteConflict",
     "canonical_json",

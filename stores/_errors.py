@@ -232,6 +232,12 @@ def seq_taken(execution_id: str, seq: int, node_id: str) -> WriteConflict:
     )
 
 
+def signals_taken(execution_id: str, seq: int) -> WriteConflict:
+    return WriteConflict(
+        f"run {execution_id!r}: the signals row {seq} consumes were consumed by another row already"
+    )
+
+
 def checkpoint_id_taken(execution_id: str, checkpoint_id: str) -> WriteConflict:
     """The row's ``checkpoint_id`` is taken."""
     return WriteConflict(f"checkpoint id {checkpoint_id!r} is already taken (run {execution_id!r})")

@@ -1,7 +1,8 @@
 """How runs stand by their rows alone: each run's newest row (its *head*), for listings and status.
 
 A head says what the rows say: a run ``completed`` or ``failed`` (its ``run_end``), ``paused`` (its
-newest row is a pause, whose pending row was written with it) or ``unfinished`` (anything else: it is
+newest row is a pause, whose pending row was written with it), ``waiting`` (its newest row is a
+``wait``: a tool rests for a signal or a time) or ``unfinished`` (anything else: it is
 running, it crashed, or a claimed pause waits for a driver). Telling running from crashed needs the
 ownership locks, which :meth:`~stores.Store.owned` reads without taking any; ``actors`` combines the
 two into ``RunSummary``. The SQL conditions for each state live here once, for both backends.
@@ -18,7 +19,7 @@ import msgspec
 
 from ._errors import SerializationError, check_execution_id
 from ._json import decode
-from ._model import COMPLETED, FAILED, HITL_PAUSE, RUN_END
+from ._model import COMPLETED, FAILED, HITL_PAUSE, RUN_END, WAIT
 
 __all__ = [
     "ROW_STATES",
@@ -32,8 +33,8 @@ __all__ = [
 ]
 
 #: How a run stands by its rows alone.
-RowState = Literal["completed", "failed", "paused", "unfinished"]
-ROW_STATES: Final[tuple[RowState, ...]] = ("completed", "failed", "paused", "unfinished")
+RowState = Literal["completed", "failed", "paused", "waiting", "unfinished"]
+ROW_STATES: Final[tuple[RowState, ...]] = ("completed", "failed", "paused", "waiting", "unfinished")
 
 #: Each state as an SQL condition on the head's ``step_type`` and ``status`` columns (no parameters;
 #: both backends put it after ``AND``).
@@ -41,7 +42,8 @@ STATE_CONDITIONS: Final[dict[str, str]] = {
     "completed": f"(step_type = '{RUN_END}' AND status = '{COMPLETED}')",
     "failed": f"(step_type = '{RUN_END}' AND status = '{FAILED}')",
     "paused": f"(step_type = '{HITL_PAUSE}')",
-    "unfinished": f"(step_type NOT IN ('{RUN_END}', '{HITL_PAUSE}'))",
+    "waiting": f"(step_type = '{WAIT}')",
+    "unfinished": f"(step_type NOT IN ('{RUN_END}', '{HITL_PAUSE}', '{WAIT}'))",
 }
 
 
@@ -51,6 +53,8 @@ def row_state(step_type: str, status: str) -> RowState:
         return "completed" if status == COMPLETED else "failed"
     if step_type == HITL_PAUSE:
         return "paused"
+    if step_type == WAIT:
+        return "waiting"
     return "unfinished"
 
 

@@ -32,9 +32,14 @@ RECOVER: Final = "recover"
 HANDOFF: Final = "handoff"
 FORK_ORIGIN: Final = "fork_origin"
 RUN_END: Final = "run_end"
+#: A tool rests for a signal or a time (no pending row); a tool consumed a signal; a wait woken
+#: (its timeout passed, its sleep ended). See ``stores._signals``.
+WAIT: Final = "wait"
+SIGNAL: Final = "signal"
+WAKE: Final = "wake"
 
 #: Rows that record a decision about the run rather than a step of it; re-entry reads through them.
-BOOKKEEPING_STEPS: Final = frozenset({RESUME, RECOVER})
+BOOKKEEPING_STEPS: Final = frozenset({RESUME, RECOVER, SIGNAL, WAKE})
 
 # status values.
 COMPLETED: Final = "completed"

@@ -13,6 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 from ._codec import StoredRow
 from ._heads import RunHead
 from ._model import Cached, CacheEntry, Checkpoint, PendingInterrupt, ReEntry
+from ._schedules import StoredSchedule
+from ._signals import StoredSignal
 from ._watch import RowWatch
 
 __all__ = ["ReplicatedStore", "Store"]
@@ -123,6 +125,58 @@ class Store(Protocol):
         """Before an at-most-once side effect: the entry for ``(execution_id, key)`` if there is one,
         else record the intent for ``key`` (insert if absent) and say whether this call recorded it
         (``False``: an intent without a result was already there: the side effect is in doubt)."""
+
+    async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal to the run's inbox in one transaction and return its inbox id, from any
+        process, without the run's ownership. The name and the payload (the JSON rule:
+        ``SerializationError``) are checked first; a run without rows raises ``RunNotFound``, a
+        completed one ``AlreadyResumed``; nothing is written then. A run resting at a wait for
+        that name is marked due for a wake in the same transaction."""
+
+    async def signals(
+        self, execution_id: str, *, name: str | None = None, consumed_by: int | None = None
+    ) -> list[StoredSignal]:
+        """The run's unconsumed signals, oldest first (of ``name`` only, if given); with
+        ``consumed_by``, those the row at that ``seq`` consumed. A row consumes signals by naming
+        their ids in its ``node_input`` (``stores._signals.CONSUMES``): its append marks them in
+        its own transaction, or writes nothing (``WriteConflict``) if another row took one. A
+        model turn's row (``llm_call``) that consumes none is refused while ``"message"``
+        signals wait (``SignalsWaiting``), in its own transaction: no round trip of its own."""
+
+    async def append_wait(self, row: Checkpoint, name: str | None, wake_at: datetime | None) -> None:
+        """Append a tool's ``wait`` row (it rests the run, like a pause: the run's ownership goes
+        with it) and record the run as resting until ``wake_at`` (``None``: no time) or, for a
+        wait on the signal ``name``, until that signal comes; one transaction. A signal of
+        ``name`` already in the inbox makes the run due at once (no lost wake)."""
+
+    async def due_waits(self, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` resting runs due for a wake, the earliest first: ``(execution_id, seq
+        of its wait row)``. One range of an index, however many runs rest."""
+
+    async def next_wake(self) -> datetime | None:
+        """The earliest time a resting run is due for a wake (``None``: none has a time): the
+        first entry of an index."""
+
+    async def settle_wait(self, execution_id: str, seq: int) -> None:
+        """Forget the run's wait recorded at ``seq`` (it was woken, or it is not the run's newest
+        row any more); a later wait of the run is kept."""
+
+    async def put_schedule(self, schedule: StoredSchedule) -> None:
+        """Insert or update the schedule of that name; an update with the same timing (cron,
+        every) keeps the stored next tick."""
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete the schedule of that name; whether there was one."""
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        """Every schedule, by name."""
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        """Up to ``limit`` schedules whose next tick is at or before ``now`` (an index range)."""
+
+    async def advance_schedule(self, name: str, seen: datetime, next_at: datetime, last_run: str) -> bool:
+        """Move the schedule's next tick from ``seen`` to ``next_at`` and record ``last_run``, if
+        its next tick is still ``seen`` (a compare-and-set: one of racing workers moves it)."""
 
     async def try_lock(self, execution_id: str) -> bool:
         """Take the run's ownership lock; ``False`` if held by anyone else (another process, or another

@@ -6,7 +6,7 @@ read: the re-entry walk from the newest row (through ``run_end`` markers and the
 rows, to the rows they name) is run over the run's skeleton, and every row it visits stays, with the
 newest step row of each level of a topology (where that level re-enters), so the run resumes exactly
 as before. A pause, a pending row or a cache entry of a run that has not
-completed is never deleted. A backend reads the skeleton (:class:`PruneRow`), asks :func:`doomed`,
+completed is never deleted, nor any row of a run resting at a wait, nor a signal. A backend reads the skeleton (:class:`PruneRow`), asks :func:`doomed`,
 and deletes what it says in one transaction.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ._errors import RunNotFound
-from ._model import BOOKKEEPING_STEPS, COMPLETED, FORK_ORIGIN, RUN_END, Checkpoint
+from ._model import BOOKKEEPING_STEPS, COMPLETED, FORK_ORIGIN, RUN_END, SIGNAL, WAIT, WAKE, Checkpoint
 from ._paths import conversation_of
 from ._reentry import resolve_forkable, run_sync
 
@@ -44,8 +44,13 @@ def doomed(execution_id: str, rows: Sequence[PruneRow]) -> tuple[bool, list[int]
     newest = rows[-1]
     if newest.step_type == RUN_END and newest.status == COMPLETED:
         return True, [row.seq for row in rows if row.old]
+    if newest.step_type == WAIT:
+        return False, []  # a waiting run's rows all stay: it is woken from them
     keep, path = _walked(execution_id, rows)
     keep |= _levels_above(rows, path)
+    # A run's waits and what they consumed stay until it completes: a tool re-run from the top gets
+    # back what its earlier passes consumed (a waiting run's rows are all kept so).
+    keep |= {row.seq for row in rows if row.step_type in (WAIT, SIGNAL, WAKE)}
     return False, [row.seq for row in rows if row.old and row.status == COMPLETED and row.seq not in keep]
 
 

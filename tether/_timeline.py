@@ -113,6 +113,8 @@ def next_step(summary: RunSummary) -> tuple[str, str] | None:
             return "recover it", f"tether resume {eid} {runner} (or a tether worker takes it)"
         case "queued":
             return "a worker takes it", f"tether worker {runner}"
+        case "waiting" if summary.wake_at is None:
+            return "signal it", f"tether signal {eid} NAME --payload JSON (a worker wakes it)"
         case "failed":
             return "to retry from its last step", f"tether resume {eid} {runner}"
     return None

@@ -9,7 +9,7 @@ block is cancelled or when a failure escalates to the root.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,14 @@ class ActorRuntime:
         self.deadlines.close()
         if bound.cancelled_caught:
             _log.warning("actor_system.shutdown_timeout", live=len(self._cells))
+
+    def background(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Run ``fn()`` as a task of the runtime until it stops (cancelled then); ``False`` when
+        the runtime is not open."""
+        if self._tg is None or self._closing:
+            return False
+        self._tg.start_soon(fn)
+        return True
 
     def escalate(self, error: RestartIntensityExceeded) -> None:
         """A failure reached the root: report it and shut the system down (the block raises it)."""

@@ -21,12 +21,14 @@ from ._errors import (
 )
 from ._idempotent import idempotency_key, idempotent
 from ._interrupt import interrupt
-from ._messages import Cancel, Recover, Resume
+from ._messages import Cancel, Recover, Resume, Signal
 from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
+from ._schedules import Schedule
 from ._sweep import DEFAULT_MAX_RECOVERIES, Fleet
 from ._tools import tool
+from ._waits import sleep, sleep_until, wait_signal
 from .topologies import Runner, Supervisor, Swarm
 
 __all__ = [
@@ -47,7 +49,9 @@ __all__ = [
     "RunnerNotFound",
     "RunnerVersionMismatch",
     "Runs",
+    "Schedule",
     "SideEffectInDoubt",
+    "Signal",
     "Supervisor",
     "Swarm",
     "ToolNotFound",
@@ -57,5 +61,8 @@ __all__ = [
     "interrupt",
     "list_runs",
     "run_status",
+    "sleep",
+    "sleep_until",
     "tool",
+    "wait_signal",
 ]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from stores import Store
 
     from ._messages import Resume
+    from ._waits import StepWaits
 
 __all__ = [
     "Occurrences",
@@ -112,6 +113,8 @@ class RunContext:
     #: Set when the run was cancelled from another process while the step ran: no ``@idempotent``
     #: body starts from then on, and a sync tool's thread is abandoned.
     stopped: RunStop | None = None
+    #: The waits of a tool step (``wait_signal``, ``sleep``); ``None`` outside one.
+    waits: StepWaits | None = None
 
 
 class RunInfo(msgspec.Struct, frozen=True):
@@ -168,6 +171,7 @@ def bind_run(
     step: int | None = None,
     outage_grace: float = 60.0,
     stopped: RunStop | None = None,
+    waits: StepWaits | None = None,
 ) -> AbstractContextManager[RunContext]:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
     counting its ``@idempotent`` calls from 0)."""
@@ -182,6 +186,7 @@ def bind_run(
             step=step,
             outage_grace=outage_grace,
             stopped=stopped,
+            waits=waits,
         )
     )
 

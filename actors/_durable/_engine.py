@@ -15,6 +15,9 @@ pause claimed (4, 9)    turn:N/tool:X       resume       completed         tool 
 crash recovery (5, 9)   re-entered node_id  recover      completed         the re-entered step
 fork                    fork_origin         fork_origin  completed         new model turn, or base step
 run ended (8, 11, 12)   run_end             run_end      completed/failed  rests (a failed end resumes)
+tool X waits            turn:N/tool:X       wait         interrupted       rests; woken: tool X again
+tool X took a signal    turn:N/tool:X       signal       completed         tool X goes on (bookkeeping)
+tool X's wait ended     turn:N/tool:X       wake         completed         tool X goes on (bookkeeping)
 ======================  ==================  ===========  ================  ============================
 
 ``resume``, ``recover`` and ``fork_origin`` are bookkeeping rows: re-entry reads through them to the
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -38,6 +41,7 @@ from stores import (
     LLM_CALL,
     RUN_END,
     TOOL_CALL,
+    WAIT,
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
@@ -68,8 +72,12 @@ from ._messages import (
 )
 from ._runlog import RunLog, StepAbandoned, cancelled_elsewhere, step_seq
 from ._sources import RECORD, SourceTool, offer, recorded_tools
+from ._steering import append_turn
 from ._tools import ToolOutcome
 from ._trace import rerun_attempt
+from ._waits import RestedSignal, StepWaits, WaitSignal
+
+T = TypeVar("T")
 
 __all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
 
@@ -181,8 +189,7 @@ class RunEngine(Level):
         transcript = self._transcript
         self._turn = turn
         if row is None:
-            row = self._turn_row(turn)
-            await self._append(row)
+            row = await append_turn(self, self._turn_row(turn))
         trace = self.rows.trace
         with text_sink(self.rows.log.text_sink(row)):
             if trace is None:
@@ -211,7 +218,7 @@ class RunEngine(Level):
         if self.agent.sources and conversation_of(step.agent_path) == self.path:
             await self._offer(self.path)
             name = step.state_snapshot.get("tool_name")
-            if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
+            if step.step_type in (TOOL_CALL, HITL_PAUSE, WAIT) and isinstance(name, str):
                 if not self.agent.has_tool(name) and name not in (self._offered or {}):
                     raise ToolNotFound(name, agent=self.agent.name, execution_id=self.execution_id)
 
@@ -368,6 +375,7 @@ class RunEngine(Level):
                 step=step_seq(row),
                 outage_grace=self.rows.grace,
                 stopped=stopped,
+                waits=StepWaits(self.rows, row),
             ):
                 invoke: Callable[[], Awaitable[ToolOutcome]] = functools.partial(tool.invoke, call.arguments)
                 trace = self.rows.trace
@@ -376,21 +384,31 @@ class RunEngine(Level):
                 outcome = await _watched(self.store, row, stopped, invoke)
         except PauseSignal as signal:
             raise await self._pause(row, signal) from None
+        except WaitSignal as wait:
+            raise await self._rest(row, wait) from None
         except StepAbandoned as abandoned:  # the store stayed unusable under an @idempotent call
             raise abandoned.lost from None
         except BaseExceptionGroup as group:  # a tool's own task group wraps the signal
             lost, _ = group.split(StepAbandoned)
             if lost is not None:
                 raise _first_abandoned(lost).lost from None
+            waits, others = group.split(WaitSignal)
+            if waits is not None and others is None:
+                raise await self._rest(row, _first_of(waits, WaitSignal)) from None
             match, rest = group.split(PauseSignal)
             if match is None or rest is not None:
                 raise
-            raise await self._pause(row, _first_signal(match)) from None
+            raise await self._pause(row, _first_of(match, PauseSignal)) from None
         return _tool_message(call, outcome.content)
 
     async def _pause(self, row: Checkpoint, signal: PauseSignal) -> PausedSignal:
         """Write the interrupted row and the pending row (one transaction); the run stops there."""
         return PausedSignal(await self.rows.pause(row, signal.reason, signal.context, signal.expires_in))
+
+    async def _rest(self, row: Checkpoint, wait: WaitSignal) -> RestedSignal:
+        """Write the ``wait`` row (the run rests; no pending row); the run stops there."""
+        await self.rows.rest(row, wait.reason, wait.context, wait.name, wait.wake_at)
+        return RestedSignal(wait.name, wait.wake_at)
 
     # -- re-entry ---------------------------------------------------------------------------------
 
@@ -404,7 +422,7 @@ class RunEngine(Level):
         transcript = Transcript.from_dicts(self._good)
         turn = step.step_index
         self._transcript, self._turn = transcript, turn
-        if step.step_type not in (TOOL_CALL, HITL_PAUSE):
+        if step.step_type not in (TOOL_CALL, HITL_PAUSE, WAIT):
             if step.step_type == LLM_CALL and step.node_id != FORK_ORIGIN:
                 self._attempt = attempt_of(step) + 1  # the model call is issued again
                 if self.rows.trace is not None:
@@ -547,13 +565,13 @@ def _first_abandoned(group: BaseExceptionGroup[StepAbandoned]) -> StepAbandoned:
     raise AssertionError("split() returned an empty group")  # pragma: no cover
 
 
-def _first_signal(group: BaseExceptionGroup[PauseSignal]) -> PauseSignal:
+def _first_of(group: BaseExceptionGroup[Any], kind: type[T]) -> T:
     for error in group.exceptions:
-        if isinstance(error, PauseSignal):
+        if isinstance(error, kind):
             return error
         if isinstance(error, BaseExceptionGroup):
-            return _first_signal(error)
-    raise AssertionError("split() returned a group without a PauseSignal")  # pragma: no cover
+            return _first_of(error, kind)
+    raise AssertionError("split() returned a group without the signal")  # pragma: no cover
 
 
 def level_of(runner: Any, rows: RunLog, path: str, root: Any) -> Level:

@@ -11,6 +11,7 @@ starts at a later ``seq`` feeds it the earlier rows first (:meth:`RowEvents.seed
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -24,7 +25,12 @@ from stores import (
     RESUME,
     RESUME_KEY,
     RUN_END,
+    SIGNAL,
     TOOL_CALL,
+    WAIT,
+    WAIT_NAME,
+    WAKE,
+    WAKE_AT,
     Checkpoint,
     PendingInterrupt,
 )
@@ -36,8 +42,11 @@ from ..events import (
     Recovered,
     Resumed,
     RunEnded,
+    SignalConsumed,
     StepStarted,
     ToolFinished,
+    Waiting,
+    Woken,
 )
 from ._tools import is_tool_error
 
@@ -61,8 +70,8 @@ def attempt_of(row: Checkpoint) -> int:
 
 
 def is_resting(event: DurableEvent) -> bool:
-    """Whether ``event`` is a resting row's: a pause, or the run's end."""
-    return isinstance(event, Paused | RunEnded)
+    """Whether ``event`` is a resting row's: a pause, a wait, or the run's end."""
+    return isinstance(event, Paused | Waiting | RunEnded)
 
 
 class RowEvents:
@@ -152,6 +161,19 @@ class RowEvents:
             )
         if step == RECOVER:
             return Recovered(**common, reentry_seq=_int_or_none(given.get(REENTRY_SEQ)))
+        if step == WAIT:
+            found = snapshot.get(WAKE_AT)
+            return Waiting(
+                **common,
+                name=_str_or_none(row.interrupt_context.get(WAIT_NAME)),
+                wake_at=datetime.fromisoformat(found) if isinstance(found, str) else None,
+            )
+        if step == WAKE:
+            return Woken(
+                **common, name=_str_or_none(given.get(WAIT_NAME)), timed_out=given.get("timed_out") is True
+            )
+        if step == SIGNAL:
+            return SignalConsumed(**common, name=str(given.get(WAIT_NAME)), payload=given.get("payload"))
         if step == HANDOFF:
             return Handoff(
                 **common,

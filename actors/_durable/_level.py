@@ -29,12 +29,14 @@ from stores import (
     RESUME,
     RUN_END,
     TOOL_CALL,
+    WAIT,
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
     PendingInterrupt,
     ReEntry,
     RunExists,
+    RunNotFound,
     SerializationError,
     Store,
     StoreError,
@@ -48,11 +50,12 @@ from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
 from ._errors import ResumeRequired, RunnerVersionMismatch
-from ._messages import Answered, Failed, Outcome, Paused, Resume, Step
+from ._messages import Answered, Failed, Outcome, Paused, Resume, Step, Waiting
 from ._output import OUTPUT_TYPE
-from ._result import RunResult
+from ._result import RunResult, resting_result
 from ._runlog import SHARED, TRACE, USAGE, RunLog, usage_of
 from ._versions import VERSION, Drift, check_step, drift, version_of
+from ._waits import RestedSignal, is_due
 
 __all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
 
@@ -272,6 +275,34 @@ class Level:
             return self._reenter_fork(step)
         return await self._reenter_at(step, decision, after_pause=after_pause)
 
+    async def wake(self) -> Next | None:
+        """Wake the run resting at its newest row, a ``wait`` that is due (its signal is in the
+        inbox, or its time passed): the tool runs again from the top (no row of its own: the
+        wait's ``signal`` or ``wake`` row comes from the tool, and the run's ownership, taken
+        before, makes this the only waker). A run no longer resting there, or not due, is left as
+        it is: ``None``, writing nothing (:meth:`standing` says how it stands)."""
+        entry = await self.store.reentry(self.execution_id)
+        newest = entry.newest
+        if newest.step_type != WAIT or not await is_due(self.store, newest):
+            return None
+        self.rows.start_at(newest.seq + 1)
+        change = await self._against_code(entry)
+        self._check_tool(newest)
+        self._changed(change)
+        return await self._reenter_at(newest, None, after_pause=False)
+
+    async def standing(self) -> RunResult:
+        """How the run stands at its newest row, when a wake found nothing to do."""
+        newest = await self.store.latest(self.execution_id)
+        if newest is None:
+            raise RunNotFound(f"run {self.execution_id!r} has no checkpoints in this store")
+        result = await resting_result(self.store, newest)
+        if result is None:
+            raise AlreadyResumed(
+                f"run {self.execution_id!r} is not resting (its newest row is {newest.node_id!r})"
+            )
+        return result
+
     async def _against_code(self, entry: ReEntry) -> Drift | None:
         """Check the runner against the code the run started with, before anything is written.
 
@@ -419,6 +450,8 @@ class Level:
             return await self._step(step)
         except PausedSignal as paused:
             return Paused(paused.pending)
+        except RestedSignal as rested:
+            return Waiting(rested.name, rested.wake_at)
         except (AlreadyResumed, RunExists, StoreError):
             raise
         except Exception as error:
@@ -430,6 +463,8 @@ class Level:
             return await self._delivered(outcome)
         except PausedSignal as paused:
             return Paused(paused.pending)
+        except RestedSignal as rested:
+            return Waiting(rested.name, rested.wake_at)
         except (AlreadyResumed, RunExists, StoreError):
             raise
         except Exception as error:
@@ -441,6 +476,10 @@ class Level:
             case Paused(pending=pending):
                 return RunResult(
                     execution_id=self.execution_id, status="paused", pending=pending, usage=self.rows.usage
+                )
+            case Waiting(wake_at=wake_at):
+                return RunResult(
+                    execution_id=self.execution_id, status="waiting", wake_at=wake_at, usage=self.rows.usage
                 )
             case Answered(output=output):
                 try:
@@ -540,7 +579,7 @@ class Level:
         """Refuse, before writing, a resume whose tool the agent at the step's path lacks
         (``ToolNotFound``)."""
         name = step.state_snapshot.get("tool_name")
-        if step.step_type in (TOOL_CALL, HITL_PAUSE) and isinstance(name, str):
+        if step.step_type in (TOOL_CALL, HITL_PAUSE, WAIT) and isinstance(name, str):
             self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
 
 

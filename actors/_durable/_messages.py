@@ -6,6 +6,7 @@ The wire messages are ``msgspec`` tagged unions with stable tags (``spawn``, ``f
 one of them to the run actor with the :class:`Reply` slot its sender waits on (in-process only).
 """
 
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -34,10 +35,13 @@ __all__ = [
     "ResumeRun",
     "RunMessage",
     "RunTool",
+    "Signal",
     "Spawn",
     "SpawnFork",
     "Step",
     "TakeTurn",
+    "Waiting",
+    "Wake",
 ]
 
 
@@ -77,6 +81,20 @@ class Resume(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return msgspec.convert(data, cls)
 
 
+class Signal(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A message into a run: ``name`` and a JSON ``payload``, kept in the run's inbox (in the store)
+    until a row of the run consumes it. ``Signal("message", "text")`` steers the conversation: the
+    text is a user message at the run's next model turn. A tool takes one with
+    :func:`~actors.wait_signal`. The payload is checked against the JSON rule when sent."""
+
+    name: str
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Signal(name=...) takes a non-empty str, not {self.name!r}")
+
+
 class Spawn(msgspec.Struct, tag="spawn", frozen=True):
     """Start a fresh run from ``messages`` (their JSON forms)."""
 
@@ -113,7 +131,12 @@ class GiveUp(msgspec.Struct, tag="give_up", frozen=True):
     error: str
 
 
-RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel | GiveUp
+class Wake(msgspec.Struct, tag="wake", frozen=True):
+    """Wake a run resting at a ``wait`` row (its signal came, or its time): the tool that waits
+    runs again from the top. Nothing happens when the run no longer rests there, or is not due."""
+
+
+RunMessage = Spawn | SpawnFork | ResumeRun | Recover | Cancel | GiveUp | Wake
 """Every message a run actor takes (a tagged union: decode with ``msgspec.json.decode(..., type=RunMessage)``)."""
 
 
@@ -159,6 +182,14 @@ class Paused(msgspec.Struct, tag="paused", frozen=True):
     pending: PendingInterrupt
 
 
+class Waiting(msgspec.Struct, tag="waiting", frozen=True):
+    """A tool at some depth rests (``wait_signal``, ``sleep``): its ``wait`` row is written; the
+    run is woken when ``name``'s signal comes or at ``wake_at``."""
+
+    name: str | None = None
+    wake_at: datetime | None = None
+
+
 class Failed(msgspec.Struct, tag="failed", frozen=True):
     """An agent failed; ``error`` names the exception (``"MaxTurnsExceeded: ..."``)."""
 
@@ -174,7 +205,7 @@ class HandedOff(msgspec.Struct, tag="handed_off", frozen=True):
     messages: list[Message]
 
 
-Outcome = Answered | Paused | Failed | HandedOff
+Outcome = Answered | Paused | Waiting | Failed | HandedOff
 """How a level of a run ended its work: what a child reports to its parent, what the root concludes from."""
 
 

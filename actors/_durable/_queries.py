@@ -18,7 +18,7 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
-from stores import RESUME, PendingInterrupt, RunHead, RunNotFound, Store
+from stores import RESUME, WAKE_AT, PendingInterrupt, RunHead, RunNotFound, Store
 
 from ..models import Usage
 from ._runlog import usage_of
@@ -27,7 +27,9 @@ from ._versions import VERSION
 __all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
 
 #: How a run stands (see :class:`RunSummary`).
-RunStatusName = Literal["completed", "failed", "paused", "running", "orphaned", "approved", "queued"]
+RunStatusName = Literal[
+    "completed", "failed", "paused", "waiting", "running", "orphaned", "approved", "queued"
+]
 STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
 
 #: How many heads one page of a filtered listing reads (running, orphaned, approved and queued are
@@ -42,7 +44,8 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     newest row is not a resting row and a live process owns it), ``orphaned`` (the same row and no
     live owner), ``approved`` (its newest row is a claimed pause, the ``resume`` row of
     ``system.claim``, and no live process drives it yet: a worker's sweep or ``resume`` with the
-    runner finishes it), ``queued`` (enqueued, not yet taken). ``node_id`` and ``agent_path`` are those of
+    runner finishes it), ``queued`` (enqueued, not yet taken), ``waiting`` (a tool rests at a
+    ``wait_signal`` or a ``sleep``: ``wake_at`` is when it is woken, if it has a time). ``node_id`` and ``agent_path`` are those of
     the newest row, ``rows`` the stored rows, ``updated_at`` the newest row's time; ``output`` and
     ``error`` are a finished run's; ``version`` the runner version the run was recorded under
     (``None``: an unversioned run), which a resume must find registered (``docs/versions.md``);
@@ -64,6 +67,7 @@ class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     queue: str | None = None
     key: str | None = None
     usage: Usage = Usage()
+    wake_at: datetime | None = None
 
 
 def summarise(
@@ -108,7 +112,14 @@ def summarise(
         queue=queue[0] if queue is not None else None,
         key=queue[1] if queue is not None else None,
         usage=usage_of(head.snapshot),
+        wake_at=_wake_at(head) if status == "waiting" else None,
     )
+
+
+def _wake_at(head: RunHead) -> datetime | None:
+    """When a waiting run is woken (its ``wait`` row's deadline), if it has a time."""
+    found = head.snapshot.get(WAKE_AT)
+    return datetime.fromisoformat(found) if isinstance(found, str) else None
 
 
 async def _unowned(store: Store, heads: list[RunHead]) -> set[str]:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import HITL_PAUSE, RUN_END, AlreadyResumed, OwnershipLost, RunExists, Store, StoreError
+from stores import HITL_PAUSE, RUN_END, WAIT, AlreadyResumed, OwnershipLost, RunExists, Store, StoreError
 
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
@@ -38,6 +39,7 @@ from ._messages import (
     RunMessage,
     Spawn,
     SpawnFork,
+    Wake,
 )
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
@@ -93,7 +95,9 @@ class RunActor(Actor):
         opening: Opening | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
         let_go: set[str] | None = None,
+        on_rest: Callable[[datetime], None] | None = None,
     ) -> None:
+        self._on_rest = on_rest
         self.store = store
         self._grace = grace
         self._let_go = let_go if let_go is not None else set()
@@ -253,11 +257,13 @@ class RunActor(Actor):
             reply.settle(None, error)
         else:
             reply.settle(result, None)
+            if result.wake_at is not None and result.status == "waiting" and self._on_rest is not None:
+                self._on_rest(result.wake_at)
 
     def _warn_stopped(self) -> None:
         """A WARNING for a run left mid-step (its newest row is a step): how to resume it."""
         last = self._log.last
-        if last is None or last.step_type in (HITL_PAUSE, RUN_END):
+        if last is None or last.step_type in (HITL_PAUSE, RUN_END, WAIT):
             return
         eid, runner = self.execution_id, self.runner.name
         _log.warning(
@@ -298,16 +304,23 @@ class RunActor(Actor):
                 return await self._owned(ctx, engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
             case Recover():
                 return await self._owned(ctx, engine, lambda: engine.resume(None), refuse=AlreadyResumed)
+            case Wake():
+                return await self._owned(ctx, engine, engine.wake, refuse=AlreadyResumed)
         raise TypeError(f"unknown run message {message!r}")  # pragma: no cover
 
     async def _steps(
-        self, ctx: ActorContext, engine: Level, first: Callable[[], Awaitable[Next]]
+        self, ctx: ActorContext, engine: Level, first: Callable[[], Awaitable[Next | None]]
     ) -> RunResult:
         """The activation: its entry point, then its steps in order (its children's outcomes between
-        them), the mailbox read between two steps; its tool sources' connections live as long."""
+        them), the mailbox read between two steps; its tool sources' connections live as long. An
+        entry point with nothing to do (a wake of a run no longer waiting) gives ``None``: how the
+        run stands."""
         async with activation_sources(uses_sources(self.runner)) as connections:
             engine.rows.sources = connections
-            outcome = await drive(ctx, engine, await first(), between=self._between_steps, take=self._take)
+            begin = await first()
+            if begin is None:
+                return await engine.standing()
+            outcome = await drive(ctx, engine, begin, between=self._between_steps, take=self._take)
             if outcome is None:
                 assert self._cancel_reason is not None
                 return await engine.cancel(self._cancel_reason)
@@ -362,7 +375,7 @@ class RunActor(Actor):
         self,
         ctx: ActorContext,
         engine: Level,
-        first: Callable[[], Awaitable[Next]],
+        first: Callable[[], Awaitable[Next | None]],
         *,
         refuse: type[Exception],
         new: bool = False,
@@ -380,7 +393,7 @@ class RunActor(Actor):
         self,
         ctx: ActorContext,
         engine: Level,
-        first: Callable[[], Awaitable[Next]],
+        first: Callable[[], Awaitable[Next | None]],
         *,
         refuse: type[Exception],
         new: bool = False,

@@ -29,6 +29,8 @@ from stores import (
     REENTRY_SEQ,
     RESUME_KEY,
     RUN_END,
+    WAIT,
+    WAKE_AT,
     AlreadyResumed,
     Checkpoint,
     OwnershipLost,
@@ -102,7 +104,7 @@ TOOL_SEQ = "tool_seq"
 
 def step_seq(row: Checkpoint) -> int:
     """The ``seq`` of the step ``row`` runs: its own, or for a pause the original tool row's."""
-    if row.step_type == HITL_PAUSE:
+    if row.step_type in (HITL_PAUSE, WAIT):
         seq = row.state_snapshot.get(TOOL_SEQ)
         if isinstance(seq, int) and not isinstance(seq, bool):
             return seq
@@ -484,6 +486,43 @@ class RunLog:
         await self._outlast(lambda: self.store.append_pause(pause, pending), pause)
         self.log.step(pause)
         return pending
+
+    def inbox_row(self, step_type: str, step: Checkpoint, node_input: dict[str, Any]) -> Checkpoint:
+        """A ``signal`` or ``wake`` row of the tool step ``step`` (a bookkeeping row: re-entry reads
+        through it to the step), with ``node_input`` saying what its wait got."""
+        return Checkpoint(
+            execution_id=self.execution_id,
+            seq=self.take_seq(),
+            runner=self.runner,
+            node_id=step.node_id,
+            step_index=step.step_index,
+            step_type=step_type,
+            state_snapshot={VERSION: self.version} if self.version is not None else {},
+            node_input={REENTRY_SEQ: step_seq(step), **node_input},
+            agent_path=step.agent_path,
+        )
+
+    async def rest(
+        self, row: Checkpoint, reason: str, context: dict[str, Any], name: str | None, wake_at: Any
+    ) -> None:
+        """Write the ``wait`` row of the tool step ``row`` (it rests the run; no pending row), woken
+        when ``name``'s signal comes or at ``wake_at`` (a datetime, or ``None``)."""
+        snapshot = {**row.state_snapshot, TOOL_SEQ: step_seq(row)}
+        if wake_at is not None:
+            snapshot[WAKE_AT] = wake_at.isoformat()
+        wait = msgspec.structs.replace(
+            row,
+            state_snapshot=snapshot,
+            seq=self.take_seq(),
+            step_type=WAIT,
+            status=INTERRUPTED,
+            interrupt_reason=reason,
+            interrupt_context=context,
+            checkpoint_id=new_id(),
+            created_at=utcnow(),
+        )
+        await self._outlast(lambda: self.store.append_wait(wait, name, wake_at), wait)
+        self.log.step(wait)
 
     async def end(self, row: Checkpoint) -> None:
         """Append the ``run_end`` marker ``row``: each attempt shielded, so a cancel cannot lose it,

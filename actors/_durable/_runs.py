@@ -9,16 +9,15 @@ is given what it needs (the actor runtime, a store provider, the runners); it ne
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from stores import (
-    COMPLETED,
-    INTERRUPTED,
-    RUN_END,
+    WAIT,
+    WAIT_NAME,
     AlreadyResumed,
     Checkpoint,
     PendingInterrupt,
@@ -43,14 +42,15 @@ from ._messages import (
     Resume,
     ResumeRun,
     RunMessage,
+    Signal,
     Spawn,
     SpawnFork,
+    Wake,
 )
-from ._output import OUTPUT_TYPE, plain_value
 from ._queries import run_status
-from ._result import RunResult
+from ._result import RunResult, resting_result
 from ._run_actor import Opening, RunActor
-from ._runlog import DEFAULT_OUTAGE_GRACE, usage_of
+from ._runlog import DEFAULT_OUTAGE_GRACE
 from ._shutdown import report_stop
 from ._versions import version_of
 from .topologies import Runner, Supervisor, Swarm
@@ -89,7 +89,7 @@ class RunRef:
     def __repr__(self) -> str:
         return f"<RunRef {self.execution_id}>"
 
-    async def send(self, message: Resume | Recover | Cancel) -> RunRef:
+    async def send(self, message: Resume | Recover | Cancel | Signal) -> RunRef:
         """Deliver ``message`` to the run (see :meth:`ActorSystem.send`); returns a ref for its outcome."""
         return await self._runs.send(self.execution_id, message)
 
@@ -161,6 +161,12 @@ class Runs:
         # The newest reply of a message delivered to each run, while it may be unsettled (``ref()``).
         self._inflight: dict[str, Reply] = {}
         self._inflight_bound = _INFLIGHT_MIN
+        #: Told of each run that rests here with a time (the process's timers: ``_timers``).
+        self.on_rest: Callable[[datetime], None] | None = None
+
+    def background(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Run ``fn()`` as a task of this system until it closes (``False``: it is not open)."""
+        return self._runtime.background(fn)
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -207,6 +213,10 @@ class Runs:
         messages.extend(given)
         return run_id, messages
 
+    def adopt(self, runner: Runner) -> None:
+        """Make ``runner`` the one this system resumes its name with (as a spawn does)."""
+        self._spawned[_key(_checked_runner(runner))] = runner
+
     def runner_for(self, name: str, execution_id: str, version: str | None = None) -> Runner:
         """The runner that drives ``execution_id`` (recorded under ``version``) here:
         ``RunnerNotFound`` if this system has none of that name, ``RunnerVersionMismatch`` if it
@@ -227,20 +237,52 @@ class Runs:
         store = await self._store()
         return RunRef(self, execution_id, await self._deliver(store, runner, execution_id, GiveUp(error)))
 
-    async def send(self, execution_id: str, message: Resume | Recover | Cancel) -> RunRef:
+    async def signal(self, execution_id: str, name: str, payload: Any = None) -> None:
+        """Append a signal to the run's inbox; returns once it is committed (see ``ActorSystem.signal``)."""
+        store = await self._store()
+        await store.signal(execution_id, name, payload)
+        # The sender wakes a run waiting for this signal when it has its runner (else a serving
+        # worker or the run's own process does): its wake is one activation, refused to any other.
+        newest = await store.latest(execution_id)
+        if (
+            newest is not None
+            and newest.step_type == WAIT
+            and newest.interrupt_context.get(WAIT_NAME) == name
+            and self.has_runner(newest.runner, version_of(newest))
+            and not self.is_live(execution_id)
+        ):
+            await self.wake(execution_id)
+
+    async def wake(self, execution_id: str) -> RunRef:
+        """Wake the run if it rests at a ``wait`` that is due (see ``Level.wake``): its tool runs
+        again here; a run not waiting, or not due, is left as it is."""
+        store = await self._store()
+        newest = await store.latest(execution_id)
+        if newest is None:
+            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+        runner = self._runner(newest.runner, execution_id, version_of(newest))
+        reply = await self._deliver(store, runner, execution_id, Wake())
+        return RunRef(self, execution_id, reply, start=newest.seq + 1)
+
+    async def send(self, execution_id: str, message: Resume | Recover | Cancel | Signal) -> RunRef:
         """Deliver ``message`` to the run, activating its actor from the store if needed.
 
         Raises ``RunNotFound`` for a run with no rows and ``RunnerNotFound`` when no runner of the
         stored name was given to this system; other refusals surface from ``RunRef.result()``.
         """
         run_message: RunMessage
+        if isinstance(message, Signal):
+            await self.signal(execution_id, message.name, message.payload)
+            return RunRef(self, execution_id)
         match message:
             case Resume():
                 run_message = ResumeRun(message)
             case Recover() | Cancel():
                 run_message = message
             case _:
-                raise TypeError(f"a run takes a Resume, Recover or Cancel, not {type(message).__name__}")
+                raise TypeError(
+                    f"a run takes a Resume, Recover, Cancel or Signal, not {type(message).__name__}"
+                )
         store = await self._store()
         newest = await store.latest(execution_id)
         if newest is None:
@@ -332,7 +374,7 @@ class Runs:
                 newest = await store.latest(execution_id)
                 if newest is None:
                     raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
-                result = await _resting(store, newest)
+                result = await resting_result(store, newest)
                 if result is not None:
                     return result
                 orphaned = not self.is_live(execution_id) and (
@@ -447,6 +489,7 @@ class Runs:
             opening=opening,
             grace=self.outage_grace,
             let_go=self.let_go,
+            on_rest=self.on_rest,
         )
 
     async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
@@ -467,26 +510,6 @@ class Runs:
         if reply.error is not None and reply.done.is_set():
             raise reply.error
         return RunRef(self, execution_id, reply, start=0)
-
-
-async def _resting(store: Store, newest: Checkpoint) -> RunResult | None:
-    """How the run stands if ``newest`` is a resting row (its end, or a pause); else ``None``."""
-    execution_id, snapshot = newest.execution_id, newest.state_snapshot
-    usage = usage_of(snapshot)
-    if newest.step_type == RUN_END:
-        if newest.status == COMPLETED:
-            output = snapshot.get("output")
-            value = plain_value(output) if snapshot.get(OUTPUT_TYPE) else None
-            return RunResult(
-                execution_id=execution_id, status="completed", output=output, value=value, usage=usage
-            )
-        error = snapshot.get("run_error")
-        return RunResult(execution_id=execution_id, status="failed", error=error, usage=usage)
-    if newest.status == INTERRUPTED:
-        found = await store.pending(execution_id)
-        pending = found[0] if found else None
-        return RunResult(execution_id=execution_id, status="paused", pending=pending, usage=usage)
-    return None
 
 
 class _NoModel:

@@ -47,6 +47,7 @@ from stores import (
     RECOVER,
     RESUME,
     RUN_END,
+    WAIT,
     AlreadyResumed,
     PendingInterrupt,
     Queue,
@@ -66,6 +67,8 @@ from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
+from ._schedules import start_due
+from ._timers import Timers
 from ._trace import caller_traceparent
 from ._versions import version_of
 from .topologies import Runner
@@ -106,6 +109,19 @@ class Fleet:
         #: Orphans whose runner (name, version) this process lacks: left alone, and not counted
         #: against a sweep's room, until a runner of theirs is here.
         self._wait: dict[str, tuple[str, str | None]] = {}
+        #: Wakes this process's resting runs at their time (armed by each rest with a time).
+        self.timers = Timers(store, runs.background, self._wake_due)
+        runs.on_rest = self.timers.arm
+
+    async def _wake_due(self, store: Store, limit: int) -> int:
+        """Start the wake of each due run this process can drive (not waiting for it); how many."""
+        due = await self._due(store, limit)
+        for execution_id, _ in due:
+            try:
+                await self._runs.wake(execution_id)
+            except (AlreadyResumed, RunnerNotFound, RunNotFound):
+                continue
+        return len(due)
 
     # -- the queue --------------------------------------------------------------------------------
 
@@ -213,6 +229,12 @@ class Fleet:
             if await self._take(store, execution_id):
                 taken += 1
 
+        async def wake(execution_id: str, seq: int) -> None:
+            nonlocal taken
+            if await self._wake(store, execution_id, seq):
+                taken += 1
+
+        await self._scheduled(store, limit)
         async with anyio.create_task_group() as tg:
             expired = await self._expire(store, limit)
             admitted: list[str] = []
@@ -223,7 +245,53 @@ class Fleet:
             # A pause claimed here is then an orphan too: each run is taken once.
             for execution_id in dict.fromkeys([*expired, *admitted]):
                 tg.start_soon(take, execution_id)
+            room = limit - len(expired) - len(admitted)
+            for execution_id, seq in await self._due(store, room) if room > 0 else []:
+                tg.start_soon(wake, execution_id, seq)
         return taken
+
+    async def _scheduled(self, store: Store, limit: int) -> list[str]:
+        """Start the run of each due schedule tick this process has the runner for (enqueued:
+        taken by a sweep like any queued run); see ``_schedules``."""
+
+        async def start(runner: str, input: str, execution_id: str) -> None:
+            found = self._runs.runner_for(runner, execution_id)
+            await self.enqueue(found, input, execution_id=execution_id)
+
+        return await start_due(store, limit, start, lambda name: self._runs.has_runner(name, None))
+
+    async def _due(self, store: Store, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` resting runs due for a wake that this process can drive (an index range;
+        a wait that is no longer its run's newest row is forgotten on the way)."""
+        found = []
+        for execution_id, seq in await store.due_waits(limit):
+            if self._runs.is_live(execution_id):
+                continue
+            newest = await store.latest(execution_id)
+            if newest is None or newest.seq != seq or newest.step_type != WAIT:
+                await store.settle_wait(execution_id, seq)
+                continue
+            version = version_of(newest)
+            if not self._runs.has_runner(newest.runner, version):
+                self._waiting(execution_id, newest.runner, version)
+                continue
+            found.append((execution_id, seq))
+        return found
+
+    async def _wake(self, store: Store, execution_id: str, seq: int) -> bool:
+        """Wake one due run and drive it until it rests again; ``False`` when another waker took it."""
+        try:
+            await (await self._runs.wake(execution_id)).result()
+        except (AlreadyResumed, RunnerNotFound, RunNotFound):
+            return False
+        except StoreError as error:  # the wait stays due: a later sweep wakes it
+            _log.warning("wake let go in a store outage", execution_id=execution_id, error=repr(error))
+            return False
+        except Exception as error:  # the run's own failure is in its rows; this sweep goes on
+            _log.warning("sweep could not wake a run", execution_id=execution_id, error=repr(error))
+            return False
+        await store.settle_wait(execution_id, seq)  # a later wait of the run has its own seq
+        return True
 
     async def _orphans(
         self,
@@ -315,9 +383,12 @@ class Fleet:
         try:
             async with anyio.create_task_group() as tg:
 
-                async def drive(execution_id: str) -> None:
+                async def drive(execution_id: str, seq: int | None = None) -> None:
                     try:
-                        await self._take(store, execution_id)
+                        if seq is None:
+                            await self._take(store, execution_id)
+                        else:
+                            await self._wake(store, execution_id, seq)
                     finally:
                         in_flight.discard(execution_id)
                         wake.set()
@@ -329,6 +400,7 @@ class Fleet:
                     try:
                         if listen is not None and stop is None:
                             stop = await listen(woken)
+                        await self._scheduled(store, concurrency)
                         if room > 0:
                             await self._expire(store, room)
                             admitted, retry_in = await admit(
@@ -342,6 +414,13 @@ class Fleet:
                                 in_flight.add(execution_id)
                                 driving.add(execution_id)
                                 tg.start_soon(drive, execution_id)
+                        room = concurrency - len(in_flight)
+                        if room > 0:
+                            for execution_id, seq in await self._due(store, room):
+                                if execution_id not in in_flight:
+                                    in_flight.add(execution_id)
+                                    driving.add(execution_id)
+                                    tg.start_soon(drive, execution_id, seq)
                     except StoreError as error:  # the store reconnects meanwhile; serving goes on
                         if not failing:
                             _log.warning("store unusable: serve looks again", error=repr(error))
@@ -440,7 +519,7 @@ def _queue_store(store: Any) -> Any:
 
 
 def _resting(step_type: str, status: str) -> bool:
-    return step_type == RUN_END or (step_type == HITL_PAUSE and status == INTERRUPTED)
+    return step_type in (RUN_END, WAIT) or (step_type == HITL_PAUSE and status == INTERRUPTED)
 
 
 async def _recoveries(store: Any, execution_id: str) -> int:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from stores import HITL_PAUSE, TOOL_CALL, Checkpoint, child_path
+from stores import HITL_PAUSE, TOOL_CALL, WAIT, Checkpoint, child_path
 
 from ._errors import RunnerChanged
 
@@ -179,7 +179,7 @@ def _change(key: str, old: object, new: object) -> str | None:
 def check_step(step: Checkpoint, first: Checkpoint, change: Drift, *, version: str, runner: Runner) -> None:
     """Refuse (:class:`RunnerChanged`) re-entering ``step`` when it calls a tool that ``change``
     says is gone or has another schema."""
-    if step.step_type not in (TOOL_CALL, HITL_PAUSE) or step.agent_path is None:
+    if step.step_type not in (TOOL_CALL, HITL_PAUSE, WAIT) or step.agent_path is None:
         return
     old = first.state_snapshot[FINGERPRINT]["parts"].get(step.agent_path)
     if old is None:

@@ -1,7 +1,8 @@
 """The typed events of ``RunRef.events()``: one msgspec tagged union, tagged by ``type``.
 
 Durable events (:class:`StepStarted`, :class:`ToolFinished`, :class:`Handoff`, :class:`Paused`,
-:class:`Resumed`, :class:`Recovered`, :class:`RunEnded`) are read from a run's rows, so any
+:class:`Resumed`, :class:`Recovered`, :class:`RunEnded`, and a tool's :class:`Waiting`,
+:class:`Woken` and :class:`SignalConsumed`) are read from a run's rows, so any
 process can replay them from a ``seq`` and follow the run live; :class:`TextDelta` carries streamed
 model text in the process that calls the model. Every event names its ``agent_path``.
 See ``docs/events.md``.
@@ -16,9 +17,12 @@ from ._types import (
     Recovered,
     Resumed,
     RunEnded,
+    SignalConsumed,
     StepStarted,
     TextDelta,
     ToolFinished,
+    Waiting,
+    Woken,
     decode_event,
     encode_event,
 )
@@ -32,9 +36,12 @@ __all__ = [
     "Recovered",
     "Resumed",
     "RunEnded",
+    "SignalConsumed",
     "StepStarted",
     "TextDelta",
     "ToolFinished",
+    "Waiting",
+    "Woken",
     "decode_event",
     "encode_event",
 ]

@@ -22,9 +22,12 @@ __all__ = [
     "Recovered",
     "Resumed",
     "RunEnded",
+    "SignalConsumed",
     "StepStarted",
     "TextDelta",
     "ToolFinished",
+    "Waiting",
+    "Woken",
     "decode_event",
     "encode_event",
 ]
@@ -105,6 +108,29 @@ class RunEnded(_Row, frozen=True, kw_only=True, tag="run_ended"):
     error: str | None = None
 
 
+class Waiting(_Row, frozen=True, kw_only=True, tag="waiting"):
+    """A tool rests the run (the ``wait`` row): for the signal ``name``, or (``name`` ``None``) a
+    sleep; ``wake_at`` is its time, if it has one. A resting event, like :class:`Paused`."""
+
+    name: str | None = None
+    wake_at: datetime | None = None
+
+
+class Woken(_Row, frozen=True, kw_only=True, tag="woken"):
+    """A wait ended without a signal (the ``wake`` row): a sleep's time came, or (``timed_out``)
+    a ``wait_signal`` timeout passed."""
+
+    name: str | None = None
+    timed_out: bool = False
+
+
+class SignalConsumed(_Row, frozen=True, kw_only=True, tag="signal_consumed"):
+    """A tool's ``wait_signal`` consumed the signal ``name`` with ``payload`` (the ``signal`` row)."""
+
+    name: str
+    payload: Any = None
+
+
 class TextDelta(_Base, frozen=True, kw_only=True, tag="text_delta"):
     """A chunk of streamed model text (``RunRef.events(tokens=True)``), before the step's next row.
 
@@ -117,7 +143,18 @@ class TextDelta(_Base, frozen=True, kw_only=True, tag="text_delta"):
     attempt: int = 1
 
 
-DurableEvent = StepStarted | ToolFinished | Handoff | Paused | Resumed | Recovered | RunEnded
+DurableEvent = (
+    StepStarted
+    | ToolFinished
+    | Handoff
+    | Paused
+    | Resumed
+    | Recovered
+    | RunEnded
+    | Waiting
+    | Woken
+    | SignalConsumed
+)
 Event = DurableEvent | TextDelta
 #: The event classes read from rows (every one but :class:`TextDelta`).
 DURABLE_EVENTS: tuple[type[DurableEvent], ...] = (
@@ -128,6 +165,9 @@ DURABLE_EVENTS: tuple[type[DurableEvent], ...] = (
     Resumed,
     Recovered,
     RunEnded,
+    Waiting,
+    Woken,
+    SignalConsumed,
 )
 
 _encoder = msgspec.json.Encoder()

@@ -27,8 +27,9 @@ import asyncpg
 from .._base import Plan
 from .._codec import MessageLogs
 from .._errors import StoreUnavailable
-from .._model import RUN_END, Checkpoint
+from .._model import RUN_END, SIGNAL, WAKE, Checkpoint
 from .._owners import Ownership
+from ._inbox import consumes_of
 from ._locks import owner_key
 from ._rows import args, usable
 from ._sql import BATCH_COLUMNS
@@ -139,6 +140,21 @@ class GroupAppends:
         eid = row.execution_id
         self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         take, release = self._own.riding(eid, row.step_type == RUN_END)
+        consumes = consumes_of(row)
+        if consumes is None and row.step_type in (SIGNAL, WAKE):
+            consumes = []
+        if consumes is not None:  # a row that consumes signals: its own statement (rare), never resting
+            done = False
+            try:
+                await self._taking(
+                    eid,
+                    take,
+                    lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
+                )
+                done = True
+            finally:
+                self._own.rode(eid, take, None, done=done)
+            return
         if take is None and release is None:
             return await self._append(row, _NO_OWNERSHIP)
         done = False

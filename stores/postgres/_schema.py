@@ -16,7 +16,7 @@ from ._queue_sql import TAKE_FUNCTION
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 8
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -166,6 +166,47 @@ CREATE TABLE {s}.queue_starts (
 CREATE INDEX queue_starts_at_idx ON {s}.queue_starts (queue, at);
 """
         + TAKE_FUNCTION,
+    ),
+    # A run's inbox: signals kept until a row consumes them (``consumed_seq``), found by a partial
+    # index of the unconsumed ones; ``run_waits`` holds a row per resting run (a wait or a sleep: its
+    # ``wait`` row's seq) with the time a sweep must wake it (now, once its signal came), so the
+    # wake-up scan reads an index, not the runs.
+    (
+        7,
+        """
+CREATE TABLE IF NOT EXISTS {s}.signals (
+    id bigserial PRIMARY KEY,
+    execution_id text NOT NULL,
+    name text NOT NULL,
+    payload json NOT NULL,
+    created_at timestamptz NOT NULL,
+    consumed_seq bigint
+);
+CREATE INDEX IF NOT EXISTS signals_waiting_idx ON {s}.signals (execution_id, name, id) WHERE consumed_seq IS NULL;
+CREATE TABLE IF NOT EXISTS {s}.run_waits (
+    execution_id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    name text,
+    wake_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS run_waits_due_idx ON {s}.run_waits (wake_at) WHERE wake_at IS NOT NULL;
+""",
+    ),
+    # Schedules, shared by the fleet: each one's next tick, indexed (a worker reads the due ones).
+    (
+        8,
+        """
+CREATE TABLE IF NOT EXISTS {s}.schedules (
+    name text PRIMARY KEY,
+    runner text NOT NULL,
+    input json NOT NULL,
+    cron text,
+    every double precision,
+    next_at timestamptz NOT NULL,
+    last_run text
+);
+CREATE INDEX IF NOT EXISTS schedules_next_idx ON {s}.schedules (next_at);
+""",
     ),
 )
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-from .._model import BOOKKEEPING_STEPS, RUN_END
+from .._model import BOOKKEEPING_STEPS, LLM_CALL, RUN_END
+from .._signals import MESSAGE
 
 __all__ = ["BATCH_COLUMNS", "COLUMN_COUNT", "HELD_KEYS", "notice_channel", "statements"]
 
@@ -30,6 +31,12 @@ _GUARD: Final = (
     "($21::integer = 0 OR coalesce((SELECT g.message_count FROM {s}.checkpoints g "
     "WHERE g.execution_id = $2 AND g.log_id = $10 AND g.new_messages IS NOT NULL "
     "ORDER BY g.seq DESC LIMIT 1), 0) BETWEEN $20::integer AND $21::integer)"
+)
+# A model turn's row is refused while steering messages wait in the run's inbox (one probe of its
+# partial index); the writer then consumes them with "append_consume" (see ``stores._signals``).
+_STEER: Final = (
+    f"($7::text <> '{LLM_CALL}' OR NOT EXISTS (SELECT 1 FROM {{s}}.signals w "
+    f"WHERE w.execution_id = $2 AND w.name = '{MESSAGE}' AND w.consumed_seq IS NULL))"
 )
 # A log's chunks as one JSON value, [[message_count, [messages...]], ...] in seq order.
 _FULL_LOG: Final = (
@@ -65,7 +72,7 @@ _SQL: Final[dict[str, str]] = {
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
     WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
-      AND {_GUARD}
+      AND {_GUARD} AND {_STEER}
     RETURNING execution_id, step_type
 ),
 p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
@@ -76,7 +83,7 @@ SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
     "append_step": f"""
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
-    WHERE {_GUARD}
+    WHERE {_GUARD} AND {_STEER}
     RETURNING execution_id
 )
 SELECT true FROM (SELECT {_NOTICE} FROM r) n""",
@@ -87,7 +94,7 @@ SELECT true FROM (SELECT {_NOTICE} FROM r) n""",
     "append_own": f"""
 WITH f AS (
     SELECT ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
-           AND {_GUARD} AS fits
+           AND {_GUARD} AND {_STEER} AS fits
 ), t AS (
     INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since)
     SELECT $2, $22::text, $23::bigint, now() FROM f WHERE $22::text IS NOT NULL AND f.fits
@@ -132,6 +139,68 @@ SELECT d.execution_id, d.reason, d.context, d.node_id, d.agent_path, d.created_a
        EXISTS (SELECT 1 FROM {{s}}.checkpoints x WHERE x.execution_id = $2) AS known,
        (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS noticed
 FROM (SELECT 1) AS one LEFT JOIN d ON true""",
+    # A row that consumes signals ($22: their inbox ids, all unconsumed, or nothing is written), or
+    # a wait's signal/wake row, which also ends the run's recorded wait.
+    "append_consume": f"""
+WITH f AS (
+    SELECT {_GUARD} AND (SELECT count(*) FROM {{s}}.signals w WHERE w.execution_id = $2
+        AND w.id = ANY($22::bigint[]) AND w.consumed_seq IS NULL) = cardinality($22::bigint[]) AS fits
+), u AS (
+    UPDATE {{s}}.signals SET consumed_seq = $3 WHERE execution_id = $2 AND id = ANY($22::bigint[])
+        AND consumed_seq IS NULL AND (SELECT fits FROM f)
+), k AS (
+    DELETE FROM {{s}}.run_waits WHERE execution_id = $2 AND seq < $3 AND $7::text <> '{LLM_CALL}'
+        AND (SELECT fits FROM f)
+), r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES} FROM f WHERE f.fits
+    RETURNING execution_id
+)
+SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
+    "signal": f"""
+WITH h AS (
+    SELECT step_type, status FROM {{s}}.checkpoints WHERE execution_id = $1 ORDER BY seq DESC LIMIT 1
+), i AS (
+    INSERT INTO {{s}}.signals (execution_id, name, payload, created_at)
+    SELECT $1, $2, $3, $4 FROM h WHERE NOT (h.step_type = '{RUN_END}' AND h.status = 'completed')
+    RETURNING id
+), k AS (
+    UPDATE {{s}}.run_waits SET wake_at = $4 WHERE execution_id = $1 AND name = $2
+        AND (wake_at IS NULL OR wake_at > $4) AND EXISTS (SELECT 1 FROM i)
+)
+SELECT h.step_type, h.status, (SELECT id FROM i) AS id,
+       (SELECT count(*) FROM (SELECT pg_notify('{{n}}', left($1, 1000)) FROM i) n) AS noticed
+FROM (SELECT 1) AS one LEFT JOIN h ON true""",
+    # A run's unconsumed signals, oldest first ($2: of that name only; NULL: all).
+    "signals_open": "SELECT id, name, payload, created_at, consumed_seq FROM {s}.signals "
+    "WHERE execution_id = $1 AND consumed_seq IS NULL AND ($2::text IS NULL OR name = $2) ORDER BY id",
+    # The signals the row at seq $3 consumed ($2 as above).
+    "signals_by": "SELECT id, name, payload, created_at, consumed_seq FROM {s}.signals "
+    "WHERE execution_id = $1 AND consumed_seq = $3 AND ($2::text IS NULL OR name = $2) ORDER BY id",
+    # A tool rests: its wait row, the run's run_waits row ($22 the signal's name, NULL for a sleep;
+    # $23 its deadline, or now, $25, when its signal is there already) and, with $24, the owner
+    # whose run_owners row goes with it (the run rests).
+    "wait": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    WHERE {_GUARD}
+    RETURNING execution_id
+), q AS (
+    INSERT INTO {{s}}.run_waits (execution_id, seq, name, wake_at)
+    SELECT r.execution_id, $3, $22::text,
+           CASE WHEN $22::text IS NOT NULL AND EXISTS (SELECT 1 FROM {{s}}.signals w
+                WHERE w.execution_id = $2 AND w.name = $22::text AND w.consumed_seq IS NULL)
+                THEN $25::timestamptz ELSE $23::timestamptz END
+    FROM r
+    ON CONFLICT (execution_id) DO UPDATE
+        SET seq = excluded.seq, name = excluded.name, wake_at = excluded.wake_at
+), x AS (DELETE FROM {{s}}.run_owners WHERE $24::text IS NOT NULL AND execution_id = $2
+      AND owner = $24::text AND EXISTS (SELECT 1 FROM r))
+SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
+    "due_waits": "SELECT execution_id, seq FROM {s}.run_waits WHERE wake_at <= $1 ORDER BY wake_at LIMIT $2",
+    "next_wake": "SELECT min(wake_at) FROM {s}.run_waits WHERE wake_at IS NOT NULL",
+    "settle_wait": "DELETE FROM {s}.run_waits WHERE execution_id = $1 AND seq = $2",
+    "signals_waiting": f"SELECT EXISTS (SELECT 1 FROM {{s}}.signals WHERE execution_id = $1 "
+    f"AND name = '{MESSAGE}' AND consumed_seq IS NULL)",
     "import": f"""
 WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages, synced) SELECT {_VALUES}, true
@@ -158,6 +227,8 @@ WITH v AS (
                          AND g.new_messages IS NOT NULL ORDER BY g.seq DESC LIMIT 1) AS log ON true
     WHERE (v.seq <> 0 OR run.found IS NULL)
       AND (v.hi = 0 OR coalesce(log.length, 0) BETWEEN v.lo AND v.hi)
+      AND (v.step_type <> '{LLM_CALL}' OR NOT EXISTS (SELECT 1 FROM {{s}}.signals w
+           WHERE w.execution_id = v.execution_id AND w.name = '{MESSAGE}' AND w.consumed_seq IS NULL))
 ), t AS (
     INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since)
     SELECT c.execution_id, c.taker, c.taker_key, now() FROM c WHERE c.taker IS NOT NULL
@@ -200,7 +271,9 @@ SELECT checkpoint_id FROM (SELECT r.checkpoint_id, {_NOTICE} FROM r) n""",
 WITH c AS (DELETE FROM {s}.checkpoints WHERE execution_id = $1 RETURNING 1),
 p AS (DELETE FROM {s}.pending_interrupts WHERE execution_id = $1),
 k AS (DELETE FROM {s}.idempotency_cache WHERE execution_id = $1),
-q AS (DELETE FROM {s}.run_queues WHERE execution_id = $1)
+q AS (DELETE FROM {s}.run_queues WHERE execution_id = $1),
+g AS (DELETE FROM {s}.signals WHERE execution_id = $1),
+w AS (DELETE FROM {s}.run_waits WHERE execution_id = $1)
 SELECT count(*) FROM c""",
     "cache_get": "SELECT value FROM {s}.idempotency_cache WHERE execution_id = $1 AND key = $2",
     "cache_put": """

@@ -39,11 +39,12 @@ from .._errors import (
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
-from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._model import LLM_CALL, RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._owners import taken
 from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
+from .._signals import SignalsWaiting
 from .._watch import RowWatch
 from ._appends import GroupAppends, Queued
 from ._bridge import Bridge
@@ -54,12 +55,14 @@ from ._connection import (
     describe,
     read_dsn,
 )
+from ._inbox import Inbox, consumed_elsewhere
 from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
 from ._outbox import Outbox
 from ._owners import LockOwners
 from ._queue_sql import QUEUE_SQL
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
+from ._schedules import Schedules
 from ._schema import migrate
 from ._sql import notice_channel, statements
 
@@ -69,7 +72,7 @@ _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 5.0
 
 
-class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
+class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedules):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
 
     ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
@@ -216,9 +219,17 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox):
             runner = via if via is not None else await self._ready()
             if await self._run(runner, kind, row, plan, extra):
                 return
-            # Nothing inserted: the run exists (seq 0), or our memory of its log is stale.
+            # Nothing inserted: the run exists (seq 0), steering messages wait for a model turn,
+            # the signals a row consumes are gone, or our memory of its log is stale.
             if row.seq == 0 and not guarded(plan):
                 raise run_exists(row.execution_id)
+            eid = row.execution_id
+            if kind == "append_consume" and extra[0]:
+                unconsumed = {found.id for found in await self.signals(eid)}
+                if not unconsumed.issuperset(extra[0]):
+                    raise consumed_elsewhere(row)
+            elif row.step_type == LLM_CALL and await self._steering_waits(eid):
+                raise SignalsWaiting(eid)
             raise LogMoved
 
         await self._planned(row, attempt, plan)

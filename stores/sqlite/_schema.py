@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 9
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -142,6 +142,23 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
         "CREATE INDEX queue_starts_at ON queue_starts (queue, at)",
         "CREATE TABLE run_queues (execution_id TEXT PRIMARY KEY, queue TEXT NOT NULL, key TEXT, "
         "priority INTEGER NOT NULL, enqueued_at TEXT NOT NULL)",
+    ),
+    # A run's inbox: signals kept until a row consumes them (``consumed_seq``), found by a partial
+    # index of the unconsumed ones; ``run_waits`` holds a row per resting run (a wait or a sleep: its
+    # ``wait`` row's seq) with the time a sweep must wake it (now, once its signal came), so the
+    # wake-up scan reads an index, not the runs.
+    8: (
+        "CREATE TABLE IF NOT EXISTS signals (id INTEGER PRIMARY KEY, execution_id TEXT NOT NULL, "
+        "name TEXT NOT NULL, payload BLOB NOT NULL, created_at TEXT NOT NULL, consumed_seq INTEGER)",
+        "CREATE INDEX IF NOT EXISTS signals_open ON signals (execution_id, name, id) WHERE consumed_seq IS NULL",
+        "CREATE TABLE IF NOT EXISTS run_waits (execution_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, "
+        "name TEXT, wake_at TEXT)",
+        "CREATE INDEX IF NOT EXISTS run_waits_due ON run_waits (wake_at) WHERE wake_at IS NOT NULL",
+    ),
+    # Schedules, shared by the fleet: few rows, read whole (the schema's first page stays small).
+    9: (
+        "CREATE TABLE IF NOT EXISTS schedules (name TEXT PRIMARY KEY, runner TEXT NOT NULL, "
+        "input BLOB NOT NULL, cron TEXT, every REAL, next_at TEXT NOT NULL, last_run TEXT)",
     ),
 }
 

@@ -44,6 +44,7 @@ from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utc
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
+from ._inbox import INBOX_STEPS, Inbox, inbox_guard
 from ._locks import LivenessFile
 from ._owners import FileOwners
 from ._replica import Replica
@@ -63,6 +64,7 @@ from ._rows import (
     ts,
     walkers,
 )
+from ._schedules import Schedules
 from ._schema import migrate
 from ._writer import GroupCommit, file_lock
 
@@ -73,7 +75,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
+class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -339,6 +341,8 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
             blob(node_output), reason, blob(context), path, parent, ts(created),
             None if log is None else blob(log.chunk), synced,
         )  # fmt: skip
+        if stored.step_type in INBOX_STEPS and not synced:  # an import restores rows as they were
+            inbox_guard(conn, eid, seq, stored.step_type, node_input)
         try:
             conn.execute(INSERT_ROW, args)
         except sqlite3.IntegrityError as exc:
@@ -355,7 +359,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica):
         def run(conn: sqlite3.Connection) -> int:
             deleted = conn.execute("DELETE FROM checkpoints WHERE execution_id = ?", (execution_id,)).rowcount
             lower_outbox_mark(conn)
-            for table in ("pending_interrupts", "idempotency_cache", "run_queues"):
+            for table in ("pending_interrupts", "idempotency_cache", "run_queues", "signals", "run_waits"):
                 conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
             return int(deleted)
 

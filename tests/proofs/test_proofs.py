@@ -28,6 +28,7 @@ SCRIPTS = {
     4: "proof_4_side_effects.py",
     5: "proof_5_run_end.py",
     7: "proof_7_claim_then_die.py",
+    9: "proof_9_signals_and_time.py",
 }
 TIMEOUT = 150.0
 ANSWER = "'Refund for order 1042 is on its way.'"
@@ -90,6 +91,16 @@ KEY_LINES: dict[int, list[str]] = {
         "fork from the marker → CheckpointError",
         "status: paused · pending before: ['cancel-1'] · after cancel: []",
         "still stored: ['prune-paused', 'prune-failed', 'prune-crashed'] · pending: ['prune-paused']",
+    ],
+    9: [
+        "  #2  turn:0/tool:deliver    step=wait       status=interrupted",
+        "status: waiting · wake_at: None · pending: []",
+        "  #3  turn:0/tool:deliver    step=signal     status=completed",
+        "worker killed while the run sleeps: exit code -9",
+        "  #5  turn:0/tool:deliver    step=wake       status=completed",
+        "deliveries: 1",
+        "status: completed · output: 'done: parcel 7 delivered to 12 Harbour Street'",
+        "rows: llm_call tool_call wait signal wait wake llm_call run_end",
     ],
     7: [
         "  #3  turn:0/tool:refund     step=resume     status=completed  decision=approved:True {'approver': 'bob'}",

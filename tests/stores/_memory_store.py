@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import msgspec
 from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
 from stores._base import check_history_range, check_page, intent_key
@@ -29,13 +30,25 @@ from stores._errors import (
 from stores._heads import RunHead, check_heads_arguments
 from stores._model import (
     COMPLETED,
+    LLM_CALL,
     RUN_END,
+    SIGNAL,
+    WAKE,
     Cached,
     CacheEntry,
     Checkpoint,
     PendingInterrupt,
     ReEntry,
     utcnow,
+)
+from stores._schedules import StoredSchedule
+from stores._signals import (
+    CONSUMES,
+    MESSAGE,
+    SignalsWaiting,
+    StoredSignal,
+    check_signal,
+    refuse_signal,
 )
 from stores._watch import RowWatch
 
@@ -59,6 +72,10 @@ class MemoryDatabase:
         self.cache_sent: set[tuple[str, str]] = set()
         self.attached = False
         self.counter = itertools.count()
+        self.signals: list[StoredSignal] = []
+        self.signal_ids = itertools.count(1)
+        self.waits: dict[str, tuple[int, str | None, datetime | None]] = {}
+        self.schedules: dict[str, StoredSchedule] = {}
 
 
 _instances = itertools.count(1)
@@ -144,9 +161,109 @@ class MemoryStore:
     def _append(self, row: Checkpoint) -> None:
         self._conflict(row)
         stored = self._check(row)
+        self._inbox(stored)
         self._insert(stored)
         if stored.step_type == RUN_END:
             self.db.pending.pop(stored.execution_id, None)
+
+    def _inbox(self, row: Checkpoint) -> None:
+        """Mark the signals ``row`` consumes, or refuse a model turn's row while messages wait."""
+        eid = row.execution_id
+        consumes = row.node_input.get(CONSUMES)
+        if row.step_type in (SIGNAL, WAKE) and self.db.waits.get(eid, (row.seq,))[0] < row.seq:
+            del self.db.waits[eid]
+        if isinstance(consumes, list) and consumes:
+            open_ids = {s.id for s in self.db.signals if s.execution_id == eid and s.consumed_seq is None}
+            if not open_ids.issuperset(consumes):
+                raise WriteConflict(f"run {eid!r}: the signals row {row.seq} consumes were consumed already")
+            self.db.signals = [
+                msgspec.structs.replace(s, consumed_seq=row.seq) if s.id in consumes else s
+                for s in self.db.signals
+            ]
+        elif row.step_type == LLM_CALL and any(
+            s.execution_id == eid and s.name == MESSAGE and s.consumed_seq is None for s in self.db.signals
+        ):
+            raise SignalsWaiting(eid)
+
+    async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
+        check_signal(execution_id, name, payload)
+        run = self._sorted(execution_id)
+        refuse_signal(execution_id, (run[-1].step_type, run[-1].status) if run else None)
+        found = StoredSignal(
+            id=next(self.db.signal_ids),
+            execution_id=execution_id,
+            name=name,
+            payload=json_copy(payload, "$.payload"),
+            created_at=utcnow(),
+        )
+        self.db.signals.append(found)
+        wait = self.db.waits.get(execution_id)
+        if wait is not None and wait[1] == name and (wait[2] is None or wait[2] > found.created_at):
+            self.db.waits[execution_id] = (wait[0], name, found.created_at)
+        return found.id
+
+    async def append_wait(self, row: Checkpoint, name: str | None, wake_at: datetime | None) -> None:
+        def write() -> None:
+            self._append(row)
+            due = wake_at
+            if name is not None and any(
+                s.execution_id == row.execution_id and s.name == name and s.consumed_seq is None
+                for s in self.db.signals
+            ):
+                due = utcnow()
+            self.db.waits[row.execution_id] = (row.seq, name, due)
+
+        self._owning(row.execution_id, write, rests=True, check=lambda: self._check(row))
+
+    async def due_waits(self, limit: int) -> list[tuple[str, int]]:
+        now = utcnow()
+        due = sorted(
+            (w[2], eid, w[0]) for eid, w in self.db.waits.items() if w[2] is not None and w[2] <= now
+        )
+        return [(eid, seq) for _, eid, seq in due[:limit]]
+
+    async def put_schedule(self, schedule: StoredSchedule) -> None:
+        json_copy(schedule.input, "$.input")
+        old = self.db.schedules.get(schedule.name)
+        if old is not None and (old.cron, old.every) == (schedule.cron, schedule.every):
+            schedule = msgspec.structs.replace(schedule, next_at=old.next_at, last_run=old.last_run)
+        self.db.schedules[schedule.name] = schedule
+
+    async def delete_schedule(self, name: str) -> bool:
+        return self.db.schedules.pop(name, None) is not None
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [self.db.schedules[name] for name in sorted(self.db.schedules)]
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        due = sorted((s for s in self.db.schedules.values() if s.next_at <= now), key=lambda s: s.next_at)
+        return due[:limit]
+
+    async def advance_schedule(self, name: str, seen: datetime, next_at: datetime, last_run: str) -> bool:
+        found = self.db.schedules.get(name)
+        if found is None or found.next_at != seen:
+            return False
+        self.db.schedules[name] = msgspec.structs.replace(found, next_at=next_at, last_run=last_run)
+        return True
+
+    async def next_wake(self) -> datetime | None:
+        return min((w[2] for w in self.db.waits.values() if w[2] is not None), default=None)
+
+    async def settle_wait(self, execution_id: str, seq: int) -> None:
+        if self.db.waits.get(execution_id, (None,))[0] == seq:
+            del self.db.waits[execution_id]
+
+    async def signals(
+        self, execution_id: str, *, name: str | None = None, consumed_by: int | None = None
+    ) -> list[StoredSignal]:
+        check_execution_id(execution_id)
+        return [
+            s
+            for s in self.db.signals
+            if s.execution_id == execution_id
+            and s.consumed_seq == consumed_by
+            and (name is None or s.name == name)
+        ]
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         def check() -> None:

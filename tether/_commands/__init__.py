@@ -22,7 +22,9 @@ from . import (
     recover,
     resume,
     runs,
+    schedules,
     show,
+    signal,
     worker,
 )
 from ._command import Command
@@ -42,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
     recover.COMMAND,
     worker.COMMAND,
     cancel.COMMAND,
+    signal.COMMAND,
+    schedules.COMMAND,
     fork.COMMAND,
     prune.COMMAND,
     migrate.COMMAND,

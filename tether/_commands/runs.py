@@ -23,6 +23,8 @@ def summary_detail(summary: RunSummary) -> str:
         return f"waiting for {summary.pending.reason}"
     if summary.status == "approved":
         return "waiting for a worker (tether worker --runner MODULE:ATTR finishes it)"
+    if summary.status == "waiting":
+        return "resting until " + (summary.wake_at.isoformat() if summary.wake_at else "its signal comes")
     return summary.output or summary.error or ""
 
 

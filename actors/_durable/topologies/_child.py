@@ -16,14 +16,14 @@ import anyio
 
 from ..._core import Actor, ActorContext, ActorRef, Restart
 from .._level import Delegation, Level, Next
-from .._messages import Answered, Failed, HandedOff, Outcome, Paused
+from .._messages import Answered, Failed, HandedOff, Outcome, Paused, Waiting
 from ._protocol import Begin, Reported
 
 __all__ = ["ChildLevel", "drive"]
 
 #: Bound on stopping a child actor once its parent no longer waits for it (shielded).
 _STOP_TIMEOUT = 5.0
-_OUTCOMES = (Answered, Paused, Failed, HandedOff)
+_OUTCOMES = (Answered, Paused, Waiting, Failed, HandedOff)
 
 
 def _never(ctx: ActorContext) -> bool:

@@ -17,9 +17,12 @@ from actors.events import (
     Recovered,
     Resumed,
     RunEnded,
+    SignalConsumed,
     StepStarted,
     TextDelta,
     ToolFinished,
+    Waiting,
+    Woken,
     decode_event,
     encode_event,
 )
@@ -111,6 +114,9 @@ def test_the_union_has_stable_tags_and_round_trips() -> None:
         Resumed: "resumed",
         Recovered: "recovered",
         RunEnded: "run_ended",
+        Waiting: "waiting",
+        Woken: "woken",
+        SignalConsumed: "signal_consumed",
         TextDelta: "text_delta",
     }
     delta = TextDelta(execution_id="e", agent_path="agent:a", seq=3, text="hi", attempt=2)

@@ -1,0 +1,77 @@
+"""The PostgreSQL half of schedules (see :mod:`stores._schedules`): the rows and the tick's
+compare-and-set."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .._json import decode, encode
+from .._schedules import StoredSchedule, schedule_sql
+
+__all__ = ["Schedules"]
+
+
+def _schedule(rec: Any) -> StoredSchedule:
+    return StoredSchedule(
+        name=rec[0],
+        runner=rec[1],
+        input=decode(rec[2]),
+        cron=rec[3],
+        every=rec[4],
+        next_at=rec[5],
+        last_run=rec[6],
+    )
+
+
+class Schedules:
+    """The schedule half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
+
+    schema: str
+
+    async def _ready(self) -> asyncpg.Pool:
+        raise NotImplementedError
+
+    def _lost(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    @property
+    def _schedule_sql(self) -> dict[str, str]:
+        return schedule_sql(f'"{self.schema}".schedules', lambda n: f"${n}")
+
+    async def put_schedule(self, schedule: StoredSchedule) -> None:
+        """Insert or update a schedule by name (see :meth:`Store.put_schedule`)."""
+        s = schedule
+        body = encode(s.input, path="$.input")
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(self._schedule_sql["put"], s.name, s.runner, body, s.cron, s.every, s.next_at)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule; whether there was one."""
+        pool = await self._ready()
+        with self._lost():
+            done = await pool.execute(self._schedule_sql["delete"], name)
+        return bool(done.endswith(" 1"))
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        """Every schedule, by name."""
+        pool = await self._ready()
+        with self._lost():
+            return [_schedule(rec) for rec in await pool.fetch(self._schedule_sql["all"])]
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        """The schedules whose next tick is at or before ``now``, the earliest first."""
+        pool = await self._ready()
+        with self._lost():
+            return [_schedule(rec) for rec in await pool.fetch(self._schedule_sql["due"], now, limit)]
+
+    async def advance_schedule(self, name: str, seen: datetime, next_at: datetime, last_run: str) -> bool:
+        """Move the schedule's next tick from ``seen`` to ``next_at`` (compare-and-set)."""
+        pool = await self._ready()
+        with self._lost():
+            done = await pool.execute(self._schedule_sql["advance"], name, seen, next_at, last_run)
+        return bool(done.endswith(" 1"))

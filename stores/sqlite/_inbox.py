@@ -1,0 +1,208 @@
+"""The SQLite half of a run's inbox (see :mod:`stores._signals`): sending a signal, reading the
+unconsumed ones, and the guard a row's transaction runs when it reads or consumes the inbox."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from .._base import Plan
+from .._errors import check_execution_id, signals_taken
+from .._model import LLM_CALL, Checkpoint, utcnow
+from .._owners import Op
+from .._signals import (
+    MESSAGE,
+    SignalsWaiting,
+    StoredSignal,
+    check_signal,
+    consumed_ids,
+    guards_steering,
+    payload_of,
+    refuse_signal,
+)
+from ._rows import dt, ts
+
+__all__ = ["INBOX_STEPS", "Inbox", "inbox_guard"]
+
+T = TypeVar("T")
+
+#: Rows whose write reads or consumes the inbox: a model turn's (steering), a tool's consuming one.
+INBOX_STEPS: Final = frozenset({"llm_call", "signal", "wake"})
+
+
+def inbox_guard(conn: sqlite3.Connection, eid: str, seq: int, step_type: str, node_input: bytes) -> None:
+    """Inside a row's transaction: a wait's ``signal``/``wake`` row ends the run's recorded wait
+    and marks the signals it consumes (all of them unconsumed, else ``WriteConflict``); refuse a model turn's row while steering messages wait
+    (:class:`~stores._signals.SignalsWaiting`, one probe of the inbox's partial index)."""
+    consumes = consumed_ids(node_input)
+    if step_type != LLM_CALL:  # a wait's end: the run no longer rests at it
+        conn.execute("DELETE FROM run_waits WHERE execution_id = ? AND seq < ?", (eid, seq))
+    if consumes:
+        marks = ", ".join("?" * len(consumes))
+        done = conn.execute(
+            f"UPDATE signals SET consumed_seq = ? WHERE execution_id = ? AND consumed_seq IS NULL "
+            f"AND id IN ({marks})",
+            (seq, eid, *consumes),
+        ).rowcount
+        if done != len(consumes):
+            raise signals_taken(eid, seq)
+    elif (
+        guards_steering(step_type, consumes)
+        and conn.execute(
+            "SELECT 1 FROM signals WHERE execution_id = ? AND name = ? AND consumed_seq IS NULL LIMIT 1",
+            (eid, MESSAGE),
+        ).fetchone()
+    ):
+        raise SignalsWaiting(eid)
+
+
+def _inbox_where(execution_id: str, name: str | None, consumed_by: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The condition of a read of the run's inbox (unconsumed, or consumed by one row)."""
+    where = "execution_id = ?"
+    args: list[Any] = [execution_id]
+    where += " AND consumed_seq IS NULL" if consumed_by is None else " AND consumed_seq = ?"
+    if consumed_by is not None:
+        args.append(consumed_by)
+    if name is not None:
+        where += " AND name = ?"
+        args.append(name)
+    return where, tuple(args)
+
+
+class Inbox:
+    """The inbox methods of :class:`~stores.SQLiteStore` (the store provides these hooks)."""
+
+    if TYPE_CHECKING:  # the store's own, first in its bases
+
+        async def _ensure(self) -> None: ...
+
+        def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None: ...
+
+        async def _owning(
+            self, execution_id: str, resting: bool, write: Callable[[Callable[[Op], Op]], Awaitable[T]]
+        ) -> T: ...
+
+        async def _planned(
+            self, row: Checkpoint, attempt: Callable[[Plan], Awaitable[T]], plan: Plan | None = None
+        ) -> T: ...
+
+        async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+        async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal to the run's inbox in one transaction; its inbox id (see
+        :meth:`Store.signal`)."""
+        body = check_signal(execution_id, name, payload)
+        now = ts(utcnow())
+        await self._ensure()
+
+        def run(conn: sqlite3.Connection) -> int:
+            newest = conn.execute(
+                "SELECT step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
+                (execution_id,),
+            ).fetchone()
+            refuse_signal(execution_id, None if newest is None else (newest[0], newest[1]))
+            found = conn.execute(
+                "INSERT INTO signals (execution_id, name, payload, created_at) VALUES (?, ?, ?, ?) RETURNING id",
+                (execution_id, name, body, now),
+            ).fetchone()
+            conn.execute(
+                "UPDATE run_waits SET wake_at = ? WHERE execution_id = ? AND name = ? "
+                "AND (wake_at IS NULL OR wake_at > ?)",
+                (now, execution_id, name, now),
+            )
+            return int(found[0])
+
+        return await self._write(run)
+
+    async def signals(
+        self, execution_id: str, *, name: str | None = None, consumed_by: int | None = None
+    ) -> list[StoredSignal]:
+        """The run's unconsumed signals, oldest first (of ``name`` only, if given), or with
+        ``consumed_by`` those the row at that ``seq`` consumed (see :meth:`Store.signals`)."""
+        check_execution_id(execution_id)
+        where, args = _inbox_where(execution_id, name, consumed_by)
+
+        def run(conn: sqlite3.Connection) -> list[StoredSignal]:
+            return [
+                StoredSignal(
+                    id=found[0],
+                    execution_id=execution_id,
+                    name=found[1],
+                    payload=payload_of(found[2]),
+                    created_at=dt(found[3]),
+                    consumed_seq=found[4],
+                )
+                for found in conn.execute(
+                    f"SELECT id, name, payload, created_at, consumed_seq FROM signals WHERE {where} ORDER BY id",
+                    args,
+                )
+            ]
+
+        return await self._read(run)
+
+    async def append_wait(self, row: Checkpoint, name: str | None, wake_at: datetime | None) -> None:
+        """Append a ``wait`` row, resting the run (see :meth:`Store.append_wait`)."""
+        eid = row.execution_id
+        deadline = None if wake_at is None else ts(wake_at)
+
+        def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
+            def run(conn: sqlite3.Connection) -> None:
+                self._insert(conn, plan)
+                due = deadline
+                if (
+                    name is not None
+                    and conn.execute(
+                        "SELECT 1 FROM signals WHERE execution_id = ? AND name = ? AND consumed_seq IS NULL LIMIT 1",
+                        (eid, name),
+                    ).fetchone()
+                ):
+                    due = ts(utcnow())  # its signal is there already: due at once
+                conn.execute(
+                    "INSERT INTO run_waits (execution_id, seq, name, wake_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (execution_id) DO UPDATE SET seq = excluded.seq, name = excluded.name, "
+                    "wake_at = excluded.wake_at",
+                    (eid, row.seq, name, due),
+                )
+
+            return run
+
+        await self._ensure()
+        await self._owning(
+            eid, True, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
+        )
+
+    async def due_waits(self, limit: int) -> list[tuple[str, int]]:
+        """Resting runs due for a wake (see :meth:`Store.due_waits`): one range of an index."""
+        now = ts(utcnow())
+        return await self._read(
+            lambda conn: [
+                (found[0], found[1])
+                for found in conn.execute(
+                    "SELECT execution_id, seq FROM run_waits WHERE wake_at <= ? ORDER BY wake_at LIMIT ?",
+                    (now, limit),
+                )
+            ]
+        )
+
+    async def next_wake(self) -> datetime | None:
+        """The earliest wake time of a resting run (see :meth:`Store.next_wake`)."""
+        found = await self._read(
+            lambda conn: conn.execute(
+                "SELECT min(wake_at) FROM run_waits WHERE wake_at IS NOT NULL"
+            ).fetchone()
+        )
+        return None if found is None or found[0] is None else dt(found[0])
+
+    async def settle_wait(self, execution_id: str, seq: int) -> None:
+        """Forget the wait of the run at ``seq`` (woken, or no longer the run's newest row)."""
+        await self._write(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM run_waits WHERE execution_id = ? AND seq = ?", (execution_id, seq)
+                ).rowcount
+            )
+        )
