@@ -40,11 +40,15 @@ async def _filled(path: Path, runs: int) -> list[str]:
 
 
 def _damage(path: Path) -> None:
-    """Overwrite every page but the first (the header and the schema) with garbage."""
+    """Overwrite every page but the schema's (the first, with the header, and any more the schema
+    takes) with garbage."""
+    with sqlite3.connect(path) as conn:
+        schema = {n for (n,) in conn.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'")}
     data = bytearray(path.read_bytes())
     page = int.from_bytes(data[16:18], "big")
     for start in range(page, len(data), page):
-        data[start : start + 64] = b"\xa5" * 64
+        if start // page + 1 not in schema:
+            data[start : start + 64] = b"\xa5" * 64
     path.write_bytes(bytes(data))
 
 
