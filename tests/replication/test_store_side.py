@@ -33,7 +33,7 @@ async def downgrade(backend: Backend) -> None:
         s = f'"{backend.schema}"'
         await conn.execute(
             f"ALTER TABLE {s}.idempotency_cache DROP COLUMN synced; DROP TABLE {s}.replica; "
-            f"DELETE FROM {s}.schema_version WHERE version >= 5"
+            f"DELETE FROM {s}.schema_version WHERE version = 5"
         )
     finally:
         await conn.close()
