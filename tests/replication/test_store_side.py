@@ -18,12 +18,14 @@ pytestmark = pytest.mark.anyio
 
 
 async def downgrade(backend: Backend) -> None:
-    """Take the database back to the schema before the cache entries' outbox."""
+    """Take the database back to the schema before the cache entries' outbox: that migration's
+    objects go, and so do those of the later migrations that are not written to apply again."""
     if backend.name == "sqlite":
         conn = sqlite3.connect(backend.target)
         conn.execute("DROP INDEX idempotency_cache_unsynced")
         conn.execute("ALTER TABLE idempotency_cache DROP COLUMN synced")
         conn.execute("DROP TABLE replica")
+        _undo_queues(conn)
         conn.execute("PRAGMA user_version = 5")
         conn.commit()
         conn.close()
@@ -33,10 +35,32 @@ async def downgrade(backend: Backend) -> None:
         s = f'"{backend.schema}"'
         await conn.execute(
             f"ALTER TABLE {s}.idempotency_cache DROP COLUMN synced; DROP TABLE {s}.replica; "
-            f"DELETE FROM {s}.schema_version WHERE version = 5"
+            f"DELETE FROM {s}.schema_version WHERE version >= 5"
+        )
+        await conn.execute(
+            f"DROP INDEX {s}.run_owners_waiting_idx; DROP INDEX {s}.run_owners_queue_idx; "
+            f"ALTER TABLE {s}.run_owners DROP COLUMN queue, DROP COLUMN key, DROP COLUMN priority; "
+            f"CREATE INDEX run_owners_queued_idx ON {s}.run_owners (since) WHERE owner IS NULL; "
+            f"DROP TABLE {s}.queues; DROP TABLE {s}.run_queues; DROP TABLE {s}.queue_starts"
         )
     finally:
         await conn.close()
+
+
+def _undo_queues(conn: sqlite3.Connection) -> None:
+    """SQLite: drop the queues' columns, indexes and tables (their migration adds columns)."""
+    for statement in (
+        "DROP INDEX run_owners_waiting",
+        "DROP INDEX run_owners_queue",
+        "ALTER TABLE run_owners DROP COLUMN queue",
+        "ALTER TABLE run_owners DROP COLUMN key",
+        "ALTER TABLE run_owners DROP COLUMN priority",
+        "CREATE INDEX run_owners_queued ON run_owners (since) WHERE owner IS NULL",
+        "DROP TABLE queues",
+        "DROP TABLE queue_starts",
+        "DROP TABLE run_queues",
+    ):
+        conn.execute(statement)
 
 
 async def test_an_older_store_opens_with_its_cache_entries_to_send(
