@@ -291,6 +291,12 @@ anyio.run(main)
 """
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C acts as in a terminal, also when this suite runs with SIGINT ignored
+    (a background job of a non-interactive shell passes that on, and Python then keeps it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_sync_tool_names_the_run_it_waits_for_and_how_long(tmp_path: Path) -> None:
     seconds = 4
     script = tmp_path / "slow_app.py"
@@ -298,6 +304,7 @@ def test_ctrl_c_during_a_sync_tool_names_the_run_it_waits_for_and_how_long(tmp_p
     proc = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=tmp_path,
+        preexec_fn=_default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
