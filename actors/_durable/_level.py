@@ -286,6 +286,7 @@ class Level:
         if newest.step_type != WAIT or not await is_due(self.store, newest):
             return None
         self.rows.start_at(newest.seq + 1)
+        self.rows.carry_on(newest)  # the run's usage total and trace go on past the wake
         change = await self._against_code(entry)
         self._check_tool(newest)
         self._changed(change)

@@ -400,6 +400,15 @@ class RunLog:
             node_input[RESUME_KEY] = decision
         if fingerprints is not None:
             node_input[FINGERPRINTS] = fingerprints
+        return self._reentry_row(step_type, step, node_input)
+
+    def inbox_row(self, step_type: str, step: Checkpoint, node_input: dict[str, Any]) -> Checkpoint:
+        """A ``signal`` or ``wake`` row of the tool step ``step`` (a bookkeeping row: re-entry reads
+        through it to the step), with ``node_input`` saying what its wait got."""
+        return self._reentry_row(step_type, step, {REENTRY_SEQ: step_seq(step), **node_input})
+
+    def _reentry_row(self, step_type: str, step: Checkpoint, node_input: dict[str, Any]) -> Checkpoint:
+        """A bookkeeping row at ``step``: its version, and the usage total and trace every row carries."""
         return Checkpoint(
             execution_id=self.execution_id,
             seq=self.take_seq(),
@@ -486,21 +495,6 @@ class RunLog:
         await self._outlast(lambda: self.store.append_pause(pause, pending), pause)
         self.log.step(pause)
         return pending
-
-    def inbox_row(self, step_type: str, step: Checkpoint, node_input: dict[str, Any]) -> Checkpoint:
-        """A ``signal`` or ``wake`` row of the tool step ``step`` (a bookkeeping row: re-entry reads
-        through it to the step), with ``node_input`` saying what its wait got."""
-        return Checkpoint(
-            execution_id=self.execution_id,
-            seq=self.take_seq(),
-            runner=self.runner,
-            node_id=step.node_id,
-            step_index=step.step_index,
-            step_type=step_type,
-            state_snapshot={VERSION: self.version} if self.version is not None else {},
-            node_input={REENTRY_SEQ: step_seq(step), **node_input},
-            agent_path=step.agent_path,
-        )
 
     async def rest(
         self, row: Checkpoint, reason: str, context: dict[str, Any], name: str | None, wake_at: Any

@@ -21,7 +21,7 @@ from conftest import Backend
 from test_signals import sender
 
 from actors import ActorSystem, Agent, Signal, sleep, tool, wait_signal
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from actors.models import FunctionModel, Message, ModelReply, ToolCall, Usage
 from stores import SIGNAL, WAIT, WAKE, Store
 
 pytestmark = pytest.mark.anyio
@@ -264,3 +264,33 @@ async def test_prune_keeps_a_waiting_run_and_unconsumed_signals(store_backend: B
         await system.signal(ref.execution_id, "later", 2)
         await _until(system, ref.execution_id, "completed")
         assert log[-1] == ("after", Signal("later", 2))
+
+
+async def test_a_signal_row_carries_the_runs_usage_total(store_backend: Backend) -> None:
+    """A woken run goes on with its usage total: the rows after the wake carry the tokens billed
+    before it, so the run's result and status still count them."""
+
+    @tool
+    async def wait_for_go() -> str:
+        """Wait for the signal."""
+        got = await wait_signal("go")
+        return "nothing" if got is None else json.dumps(got.payload)
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"got {messages[-1].content}"
+        return ModelReply(
+            tool_calls=[ToolCall("wait_for_go", {})], usage=Usage(input_tokens=7, output_tokens=3)
+        )
+
+    agent = Agent("billed", FunctionModel(model), tools=[wait_for_go])
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, "wait")
+        assert (await ref.result()).status == "waiting"
+        await system.signal(ref.execution_id, "go", 1)
+        await _until(system, ref.execution_id, "completed")
+        rows = await system.history(ref.execution_id)
+    billed = {"input_tokens": 7, "output_tokens": 3}
+    after = rows[[row.step_type for row in rows].index(SIGNAL) :]
+    assert [row.step_type for row in after] == [SIGNAL, "llm_call", "run_end"]
+    assert [row.state_snapshot.get("usage") for row in after] == [billed, billed, billed]
