@@ -33,7 +33,7 @@ left behind: a peer's background threads, modules or garbage), on a fresh databa
 database), with two warm-up runs before the timed runs; every run is verified afterwards (completed with the expected answer, the tool ran exactly once
 per run, tether and raw batched: exactly the 4 rows in order; raw: 4 rows per run). Configurations are interleaved
 (rotating order) over ``--rounds`` rounds; the table shows medians and ratios to raw and to
-FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``; 3 rounds).
+FastAIAgent untraced. ``--tiny`` is a CI smoke size (tether and raw only unless ``--peers``; 1 round).
 """
 
 from __future__ import annotations
@@ -564,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
         "--concurrency", type=int, default=64, help="runs in flight for the concurrent column"
     )
     parser.add_argument(
-        "--rounds", type=int, default=None, help="interleaved rounds (median over them; 5, --tiny 3)"
+        "--rounds", type=int, default=None, help="interleaved rounds (median over them; 5, --tiny 1)"
     )
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument(
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
         _measure_here(args.measure)
         return
     runs, concurrency = (10, 4) if args.tiny else (args.runs, args.concurrency)
-    rounds = args.rounds if args.rounds is not None else 3 if args.tiny else 5
+    rounds = args.rounds if args.rounds is not None else 1 if args.tiny else 5
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     results = asyncio.run(run(backends, runs, concurrency, rounds, args.peers))
     print(f"{runs} runs per measurement; small refund = model, refund tool, model, answer")
