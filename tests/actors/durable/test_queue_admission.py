@@ -1,0 +1,103 @@
+"""A sweep's admission under a queue's limits, in one process: a full queue (or a full key) does not
+hide the runs listed after it, each run is taken once, and ``serve`` looks again when a queue's
+rate admits the next start rather than at its next poll. The fleet of worker processes is in
+``test_queue_processes.py``; the store's take in ``tests/stores/test_queues.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import anyio
+import pytest
+from conftest import Backend
+
+from actors import ActorSystem, Agent, Queue
+from actors.models import FunctionModel, Message
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 30.0
+
+
+def _agent() -> Agent:
+    def model(messages: list[Message]) -> str:
+        return f"done: {messages[-1].content}"
+
+    return Agent("queued", FunctionModel(model))
+
+
+async def _statuses(system: ActorSystem, ids: list[str]) -> dict[str, str]:
+    return {eid: (await system.status(eid)).status for eid in ids}
+
+
+async def test_a_full_queue_does_not_hide_the_runs_listed_after_it(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.declare_queues([Queue("q", concurrency=1)])
+        for eid in ("a1", "a2", "a3"):
+            await system.enqueue(agent, eid, execution_id=eid, queue="q", priority=5)
+        await system.enqueue(agent, "b1", execution_id="b1")
+        # The first listing holds two of q's runs: the second is refused, so the listing is read
+        # again without q and the default queue's run is taken in the same pass.
+        assert await system.sweep(limit=2) == 2
+        assert await _statuses(system, ["a1", "a2", "a3", "b1"]) == {
+            "a1": "completed",
+            "a2": "queued",
+            "a3": "queued",
+            "b1": "completed",
+        }
+        assert await system.sweep(limit=2) == 1  # q's one slot again
+        assert await system.sweep(limit=2) == 1
+        assert await system.sweep(limit=2) == 0
+        assert set((await _statuses(system, ["a2", "a3"])).values()) == {"completed"}
+
+
+async def test_a_full_key_does_not_hide_the_other_keys_runs(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.declare_queues([Queue("k", per_key=1)])
+        await system.enqueue(agent, "x1", execution_id="x1", queue="k", key="x", priority=5)
+        await system.enqueue(agent, "x2", execution_id="x2", queue="k", key="x", priority=5)
+        await system.enqueue(agent, "y1", execution_id="y1", queue="k", key="y", priority=1)
+        assert await system.sweep(limit=2) == 2
+        assert await _statuses(system, ["x1", "x2", "y1"]) == {
+            "x1": "completed",
+            "x2": "queued",
+            "y1": "completed",
+        }
+        assert await system.sweep(limit=2) == 1
+
+
+async def test_a_rate_refusal_skips_the_run_and_takes_the_rest(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.declare_queues([Queue("r", rate=(1, timedelta(seconds=30)))])
+        await system.enqueue(agent, "r1", execution_id="r1", queue="r", priority=5)
+        await system.enqueue(agent, "r2", execution_id="r2", queue="r", priority=5)
+        await system.enqueue(agent, "d1", execution_id="d1")
+        assert await system.sweep(limit=3) == 2
+        assert await _statuses(system, ["r1", "r2", "d1"]) == {
+            "r1": "completed",
+            "r2": "queued",
+            "d1": "completed",
+        }
+
+
+async def test_serve_looks_again_when_the_rate_admits_the_next_start(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        for eid in ("s1", "s2"):
+            await system.enqueue(agent, eid, execution_id=eid, queue="s")
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            # A poll far longer than the rate's window: the second start comes from the rate's
+            # retry time, not from the poll.
+            tg.start_soon(lambda: system.serve(poll=60, queues=[Queue("s", rate=(1, timedelta(seconds=1)))]))
+            with anyio.fail_after(LIMIT):
+                for eid in ("s1", "s2"):
+                    await system.ref(eid).result(timeout=LIMIT)
+            tg.cancel_scope.cancel()
+        took = time.monotonic() - started
+        assert 0.9 <= took < 10, took

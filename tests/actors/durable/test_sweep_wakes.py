@@ -1,0 +1,115 @@
+"""A sweep wakes due resting runs of a process that is gone, in this process: it counts each run it
+woke, settles its wait once, leaves a run another process is waking, and lets a wake go in a store
+outage (the wait stays due for a later sweep). The worker-process side is in ``test_waits.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import Backend
+
+from actors import ActorSystem, Agent, sleep, tool
+from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from stores import WAKE, SQLiteStore, StoreUnavailable
+
+pytestmark = pytest.mark.anyio
+
+NAP = 0.3
+
+
+def _napper(log: list[str]) -> Agent:
+    @tool
+    async def nap() -> str:
+        """Sleep a moment."""
+        log.append("enter")
+        await sleep(NAP)
+        log.append("after")
+        return "rested"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"awake: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("nap", {})])
+
+    return Agent("napper", FunctionModel(model), tools=[nap])
+
+
+async def _asleep_and_due(backend: Backend, agent: Agent, execution_id: str) -> None:
+    """A run that went to sleep in a system now closed (so no timer of this process wakes it),
+    past its wake time."""
+    async with backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        result = await (await system.spawn(agent, "go", execution_id=execution_id)).result(timeout=30)
+        assert result.status == "waiting" and result.wake_at is not None
+    await anyio.sleep(NAP + 0.1)
+
+
+async def test_a_sweep_wakes_a_due_run_once_counts_it_and_settles_its_wait(store_backend: Backend) -> None:
+    log: list[str] = []
+    agent = _napper(log)
+    await _asleep_and_due(store_backend, agent, "w1")
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w1"]
+        assert await system.sweep() == 1
+        done = await system.ref("w1").result(timeout=30)
+        assert (done.status, done.output) == ("completed", "awake: rested")
+        assert await store.due_waits(10) == [] and await store.next_wake() is None
+        assert await system.sweep() == 0  # nothing is woken twice
+        rows = await system.history("w1")
+        assert [row.step_type for row in rows].count(WAKE) == 1
+        assert log == ["enter", "enter", "after"]
+
+
+async def test_a_sweep_leaves_a_due_run_that_another_process_is_waking(store_backend: Backend) -> None:
+    agent = _napper([])
+    await _asleep_and_due(store_backend, agent, "w2")
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        other = store_backend.open()
+        async with other:
+            assert await other.try_lock("w2")  # another process holds the run: it wakes it
+            assert await system.sweep() == 0
+            assert [eid for eid, _ in await store.due_waits(10)] == ["w2"]  # still due, not settled
+            await other.unlock("w2")
+        assert await system.sweep() == 1
+        assert (await system.ref("w2").result(timeout=30)).status == "completed"
+
+
+class _LockDown(SQLiteStore):
+    """A SQLite store whose run locks fail while ``down``."""
+
+    down = False
+
+    async def try_lock(self, execution_id: str) -> bool:
+        if self.down:
+            raise StoreUnavailable("the store is down")
+        return await super().try_lock(execution_id)
+
+
+async def test_a_wake_in_a_store_outage_is_let_go_and_the_wait_stays_due(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    agent = _napper([])
+    path = tmp_path / "t.db"
+    async with SQLiteStore(path) as store, ActorSystem(store, runners=[agent]) as system:
+        assert (
+            await (await system.spawn(agent, "go", execution_id="w3")).result(timeout=30)
+        ).status == "waiting"
+    await anyio.sleep(NAP + 0.1)
+    async with _LockDown(path) as store, ActorSystem(store, runners=[agent]) as system:
+        store.down = True
+        assert await system.sweep() == 0
+        said = [
+            r
+            for r in caplog.records
+            if r.name == "tether" and "wake let go in a store outage" in r.getMessage()
+        ]
+        assert len(said) == 1 and said[0].levelno == logging.WARNING
+        assert "w3" in said[0].getMessage() and "the store is down" in said[0].getMessage()
+        store.down = False
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w3"]
+        assert await system.sweep() == 1
+        assert (await system.ref("w3").result(timeout=30)).status == "completed"
