@@ -101,3 +101,31 @@ async def test_serve_looks_again_when_the_rate_admits_the_next_start(store_backe
             tg.cancel_scope.cancel()
         took = time.monotonic() - started
         assert 0.9 <= took < 10, took
+
+
+async def test_serve_looks_again_as_soon_as_the_soonest_rate_admits(store_backend: Backend) -> None:
+    """Two rated queues refuse in one pass: serve waits for the sooner of the two (a short window),
+    never for the longer one listed after it, nor for a second when the window is shorter."""
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        fast = [f"f{i}" for i in range(5)]
+        for eid in fast:
+            await system.enqueue(agent, eid, execution_id=eid, queue="fast", priority=5)
+        for eid in ("s1", "s2"):
+            await system.enqueue(agent, eid, execution_id=eid, queue="slow", priority=1)
+        queues = [
+            Queue("fast", rate=(1, timedelta(seconds=0.2))),
+            Queue("slow", rate=(1, timedelta(seconds=60))),
+        ]
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: system.serve(poll=60, queues=queues))
+            with anyio.fail_after(LIMIT):
+                for eid in fast:
+                    await system.ref(eid).result(timeout=LIMIT)
+            took = time.monotonic() - started
+            tg.cancel_scope.cancel()
+        # Five starts 0.2 s apart: about 0.8 s. Waiting a whole second per start would take 4 s or
+        # more; waiting for the slow queue's window, a minute.
+        assert took < 3.0, took
+        assert await _statuses(system, ["s1", "s2"]) == {"s1": "completed", "s2": "queued"}
