@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from actors import ActorSystem, Agent, idempotent, tool
+from actors._durable import _run_actor
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import OwnershipLost, SQLiteStore
 
@@ -157,6 +158,39 @@ async def test_the_run_waits_for_every_body_in_flight(tmp_path: Path) -> None:
         assert sorted(charged) == ["a", "b"]
         entries = await store.cache_entries("run-1")
         assert sorted(entry.value for entry in entries) == ["charged a", "charged b"]
+        assert await _rows(store, "run-1") == [
+            ("turn:0", "llm_call"),
+            ("turn:0/tool:refund", "tool_call"),
+        ]
+
+
+async def test_a_body_that_never_finishes_is_cut_at_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for a body in flight is bounded: one that hangs past the bound is cut, the run
+    stops, and nothing is stored or written for it."""
+    monkeypatch.setattr(_run_actor, "_BODY_BOUND", 0.5)
+    entered, never = anyio.Event(), anyio.Event()
+
+    @idempotent
+    async def charge(order: str) -> str:
+        entered.set()
+        await never.wait()
+        return f"charged {order}"
+
+    agent = _agent(charge)
+    store = SQLiteStore(tmp_path / "t.db")
+    async with store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with anyio.fail_after(LIMIT):
+            await entered.wait()
+        await _lose_lock(store)
+        lost = anyio.current_time()
+        with anyio.fail_after(5):  # the bound, not the body
+            with pytest.raises(OwnershipLost):
+                await ref.result(timeout=LIMIT)
+        assert 0.4 <= anyio.current_time() - lost < 5
+        assert await store.cache_entries("run-1") == []
         assert await _rows(store, "run-1") == [
             ("turn:0", "llm_call"),
             ("turn:0/tool:refund", "tool_call"),
