@@ -20,7 +20,7 @@ SNIPPETS = re.findall(r"```python\n(.*?)```", TEXT, flags=re.DOTALL)
 SHELL = re.findall(r"```sh\n(.*?)```", TEXT, flags=re.DOTALL)
 CI = (ROOT / ".ci" / "run").read_text()
 DEMO = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/tether demo"
-TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
+TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest -n auto --maxprocesses 4"
 
 
 def test_readme_has_python_snippets() -> None:
