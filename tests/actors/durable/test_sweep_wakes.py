@@ -113,3 +113,15 @@ async def test_a_wake_in_a_store_outage_is_let_go_and_the_wait_stays_due(
         assert [eid for eid, _ in await store.due_waits(10)] == ["w3"]
         assert await system.sweep() == 1
         assert (await system.ref("w3").result(timeout=30)).status == "completed"
+
+
+async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Backend) -> None:
+    agent, quick = _napper([]), Agent("quick", FunctionModel(lambda messages: "done"))
+    await _asleep_and_due(store_backend, agent, "w4")
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent, quick]) as system:
+        await system.enqueue(quick, "go", execution_id="q4")
+        assert await system.sweep(limit=1) == 1  # the queued run fills the limit: no wake
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w4"]
+        assert await system.sweep(limit=1) == 1  # a limit of one still wakes a due run
+        assert await store.due_waits(10) == []
+        assert (await system.status("w4")).status == "completed"
