@@ -191,7 +191,7 @@ async def test_an_expired_pause_is_refused_exactly_once(store_backend: Backend) 
 
 
 async def test_sweep_and_serve_refuse_bad_arguments(tmp_path: Path) -> None:
-    async with ActorSystem() as system:
+    async with ActorSystem() as system, anyio.fail_after(5):  # refusals are at once
         for bad in (0, -1, True, 1.5):
             with pytest.raises(ValueError, match="limit"):
                 await system.sweep(limit=bad)  # type: ignore[arg-type]

@@ -133,7 +133,11 @@ async def test_serve_looks_again_as_soon_as_the_soonest_rate_admits(store_backen
 
 async def test_bad_queues_keys_and_priorities_are_refused_writing_nothing(store_backend: Backend) -> None:
     agent = _agent()
-    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+    async with (
+        store_backend.open() as store,
+        ActorSystem(store, runners=[agent]) as system,
+        anyio.fail_after(5),
+    ):
         with pytest.raises(TypeError, match="queues must be a sequence of Queue, not Queue"):
             await system.serve(queues=Queue("q"))  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="queues must be a sequence of Queue, not str"):

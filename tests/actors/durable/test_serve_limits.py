@@ -98,14 +98,15 @@ async def test_serve_and_enqueue_refusals_name_what_was_wrong(store_backend: Bac
     agent = counted_agent(Gauge())
     swarm = Swarm("pair", [agent, Agent("other", FunctionModel(lambda m: "x"))])
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
-        with pytest.raises(TypeError, match="enqueue takes an Agent runner, not Swarm; spawn it instead"):
-            await system.enqueue(swarm, "go")
-        with pytest.raises(ValueError, match="shutdown_grace must be a number of seconds >= 0, not -1"):
-            await system.serve(shutdown_grace=-1)
-        with pytest.raises(ValueError, match="concurrency must be an int of at least 1, not 0"):
-            await system.serve(concurrency=0)
-        with pytest.raises(ValueError, match="limit must be an int of at least 1, not 0"):
-            await system.sweep(limit=0)
+        with anyio.fail_after(5):  # a refusal is at once: a serve that starts instead must not hang here
+            with pytest.raises(TypeError, match="enqueue takes an Agent runner, not Swarm; spawn it instead"):
+                await system.enqueue(swarm, "go")
+            with pytest.raises(ValueError, match="shutdown_grace must be a number of seconds >= 0, not -1"):
+                await system.serve(shutdown_grace=-1)
+            with pytest.raises(ValueError, match="concurrency must be an int of at least 1, not 0"):
+                await system.serve(concurrency=0)
+            with pytest.raises(ValueError, match="limit must be an int of at least 1, not 0"):
+                await system.sweep(limit=0)
         await system.enqueue(agent, "one")
         await system.enqueue(agent, "two")
         with anyio.fail_after(LIMIT):
