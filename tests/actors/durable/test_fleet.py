@@ -191,16 +191,17 @@ async def test_an_expired_pause_is_refused_exactly_once(store_backend: Backend) 
 
 
 async def test_sweep_and_serve_refuse_bad_arguments(tmp_path: Path) -> None:
-    async with ActorSystem() as system, anyio.fail_after(5):  # refusals are at once
-        for bad in (0, -1, True, 1.5):
-            with pytest.raises(ValueError, match="limit"):
-                await system.sweep(limit=bad)  # type: ignore[arg-type]
-            with pytest.raises(ValueError, match="concurrency"):
-                await system.serve(concurrency=bad)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="poll"):
-            await system.serve(poll=0)
-        with pytest.raises(TypeError, match="Resume"):
-            await system.claim("r", {"approved": True})  # type: ignore[arg-type]
+    async with ActorSystem() as system:
+        with anyio.fail_after(5):  # refusals are at once
+            for bad in (0, -1, True, 1.5):
+                with pytest.raises(ValueError, match="limit"):
+                    await system.sweep(limit=bad)  # type: ignore[arg-type]
+                with pytest.raises(ValueError, match="concurrency"):
+                    await system.serve(concurrency=bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="poll"):
+                await system.serve(poll=0)
+            with pytest.raises(TypeError, match="Resume"):
+                await system.claim("r", {"approved": True})  # type: ignore[arg-type]
 
 
 def _waiting_agent(release: anyio.Event, started: list[str]) -> Agent:

@@ -133,25 +133,24 @@ async def test_serve_looks_again_as_soon_as_the_soonest_rate_admits(store_backen
 
 async def test_bad_queues_keys_and_priorities_are_refused_writing_nothing(store_backend: Backend) -> None:
     agent = _agent()
-    async with (
-        store_backend.open() as store,
-        ActorSystem(store, runners=[agent]) as system,
-        anyio.fail_after(5),
-    ):
-        with pytest.raises(TypeError, match="queues must be a sequence of Queue, not Queue"):
-            await system.serve(queues=Queue("q"))  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="queues must be a sequence of Queue, not str"):
-            await system.serve(queues="q")  # type: ignore[arg-type]
-        with pytest.raises(TypeError, match="queues must hold Queue objects, not int"):
-            await system.serve(queues=[1])  # type: ignore[list-item]
-        with pytest.raises(ValueError, match="queue 'q' is given twice"):
-            await system.serve(queues=[Queue("q", concurrency=1), Queue("q", concurrency=2)])
-        with pytest.raises(ValueError, match="key must be a non-empty str of at most 200 characters, not ''"):
-            await system.enqueue(agent, "go", execution_id="k1", key="")
-        with pytest.raises(ValueError, match="key must be a non-empty str"):
-            await system.enqueue(agent, "go", execution_id="k2", key=3)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="priority must be an int"):
-            await system.enqueue(agent, "go", execution_id="k3", priority=True)
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        with anyio.fail_after(5):  # refusals are at once
+            with pytest.raises(TypeError, match="queues must be a sequence of Queue, not Queue"):
+                await system.serve(queues=Queue("q"))  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="queues must be a sequence of Queue, not str"):
+                await system.serve(queues="q")  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="queues must hold Queue objects, not int"):
+                await system.serve(queues=[1])  # type: ignore[list-item]
+            with pytest.raises(ValueError, match="queue 'q' is given twice"):
+                await system.serve(queues=[Queue("q", concurrency=1), Queue("q", concurrency=2)])
+            with pytest.raises(
+                ValueError, match="key must be a non-empty str of at most 200 characters, not ''"
+            ):
+                await system.enqueue(agent, "go", execution_id="k1", key="")
+            with pytest.raises(ValueError, match="key must be a non-empty str"):
+                await system.enqueue(agent, "go", execution_id="k2", key=3)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="priority must be an int"):
+                await system.enqueue(agent, "go", execution_id="k3", priority=True)
         for eid in ("k1", "k2", "k3"):
             assert await store.latest(eid) is None
         assert await system.runs() == []
