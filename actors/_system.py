@@ -19,7 +19,7 @@ from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, ru
 from ._durable._runlog import DEFAULT_OUTAGE_GRACE
 from ._durable._schedules import public, stored
 from ._durable._shutdown import SignalWake
-from ._replica import KickingStore, ReplicatorLike
+from ._replica import ReplicatorLike, kicking
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -326,7 +326,7 @@ class ActorSystem:
             restart=replicator.restart,
             stop_timeout=replicator.stop_timeout,
         )
-        self._replicated = cast("Store", KickingStore(store, replicator.kick))
+        self._replicated = kicking(store, replicator.kick)
 
     async def _restore_missing(self, execution_id: str) -> None:
         """Restore-anywhere: a run this store has no row of is first fetched from the plane."""

@@ -81,7 +81,7 @@ from ._paths import (
     tool_path,
     turn_node,
 )
-from ._protocol import ReplicatedStore, Store
+from ._protocol import OwnedStore, OwnerSessions, ReplicatedStore, Store
 from ._queues import DEFAULT_QUEUE, Admission, Queue, check_enqueue, parse_queue
 from ._schedules import StoredSchedule
 from ._signals import (
@@ -145,6 +145,8 @@ __all__ = [
     "InvalidPath",
     "InvalidStoreURL",
     "NodeId",
+    "OwnedStore",
+    "OwnerSessions",
     "OwnershipLost",
     "PendingInterrupt",
     "PostgresStore",

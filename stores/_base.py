@@ -20,7 +20,7 @@ from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
 from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
-from ._owners import OwnedStore, Ownership
+from ._owners import BaseOwnedStore, Ownership
 from ._watch import RowWatch
 
 __all__ = [
@@ -93,12 +93,12 @@ class LogMoved(Exception):
     """The message log in the database is not what the plan assumed; the write is planned again."""
 
 
-class BaseStore(OwnedStore):
+class BaseStore(BaseOwnedStore):
     """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
 
     Hooks a backend overrides: :meth:`setup`, :meth:`close`, :meth:`_recall` (load a
     continuing run's log before planning, when the backend does that), and the ownership hooks of
-    :class:`~stores._owners.OwnedStore`.
+    :class:`~stores._owners.BaseOwnedStore`.
     """
 
     def __init__(self, *, max_row_bytes: int) -> None:

@@ -27,7 +27,7 @@ from ._errors import OwnershipLost, RunExists, StoreUnavailable, check_execution
 from ._model import new_id
 from ._queues import Admission, Queue, Work, check_enqueue
 
-__all__ = ["LOGGER", "OwnedStore", "Ownership", "taken"]
+__all__ = ["LOGGER", "BaseOwnedStore", "Ownership", "taken"]
 
 #: The one "tether" logger (the same name actors logs under).
 LOGGER: Final = logging.getLogger("tether")
@@ -116,7 +116,7 @@ class Ownership:
 
     def rode(self, execution_id: str, take: str | None, release: str | None, *, done: bool) -> None:
         """After a write that carried ``take``/``release``: ``done`` if it committed. A write whose
-        outcome is unknown (cancelled, failed) leaves the run recorded, so :meth:`OwnedStore.unlock`
+        outcome is unknown (cancelled, failed) leaves the run recorded, so :meth:`BaseOwnedStore.unlock`
         releases whatever row it may have left."""
         if take is not None:
             self.unrecorded.discard(execution_id)
@@ -173,7 +173,7 @@ class Ownership:
         return owner in self._lost
 
 
-class OwnedStore:
+class BaseOwnedStore:
     """The ownership methods of a store, written once; a backend supplies the five hooks below.
 
     ``_own`` is the store's :class:`Ownership`; the hooks run the backend's dialect.
@@ -467,6 +467,11 @@ class OwnedStore:
     def on_ownership_lost(self, listener: Listener) -> None:
         """Call ``listener(run ids)`` when this store loses its liveness lock (see :class:`Ownership`)."""
         self._own.on_lost(listener)
+
+    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]] | None:
+        """Call ``wake()`` whenever a run is handed to the fleet: ``None`` here, this store sends no
+        such notice (a serving process polls); a backend that can overrides it."""
+        return None
 
 
 def _same(op: Op) -> Op:

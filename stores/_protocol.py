@@ -1,23 +1,29 @@
-"""The async store contract: :class:`Store`, and the optional outbox surface :class:`ReplicatedStore`.
+"""The async store contract: :class:`Store`, and the optional surfaces :class:`ReplicatedStore`
+(the outbox), :class:`OwnedStore` (run ownership, what a fleet needs) and :class:`OwnerSessions`
+(an owner's lock session an operator can end).
 
-They are separate protocols so that a third-party store without an outbox still works; it simply
-does not replicate (``isinstance(store, ReplicatedStore)`` is how the replicator tells).
+They are separate protocols so that a third-party store without an outbox or ownership still
+works; it simply does not replicate (``isinstance(store, ReplicatedStore)`` is how the replicator
+tells) or serve a fleet. Both backends implement every surface, and mypy checks them against each
+(``stores.sqlite._store``, ``stores.postgres._store``): a method renamed in a backend fails the
+type check instead of turning off what the runtime finds through the protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from ._codec import StoredRow
 from ._heads import RunHead
 from ._model import Cached, CacheEntry, Checkpoint, PendingInterrupt, ReEntry
+from ._queues import Admission, Queue
 from ._schedules import StoredSchedule
 from ._signals import StoredSignal
 from ._watch import RowWatch
 
-__all__ = ["ReplicatedStore", "Store"]
+__all__ = ["OwnedStore", "OwnerSessions", "ReplicatedStore", "Store"]
 
 
 @runtime_checkable
@@ -234,3 +240,65 @@ class ReplicatedStore(Protocol):
         """Import a run restored from the plane in ONE transaction: its rows and cache entries (as
         synced) and its pending row. ``RunExists`` if the store has a row of the run (a restore never
         overwrites); returns the rows imported."""
+
+
+@runtime_checkable
+class OwnedStore(Store, Protocol):
+    """A :class:`Store` that records run ownership (``stores._owners``): what a fleet needs to
+    enqueue, sweep, serve and claim, and what stops a run this process lost. Both backends are one;
+    a store that is not (a third-party one) drives runs but cannot serve a fleet."""
+
+    async def try_lock_with_first_row(self, execution_id: str) -> bool:
+        """Take a run this activation creates, the take recorded with its first row (``seq`` 0) in
+        that row's transaction; ``False`` if this store holds it already."""
+
+    async def orphans(
+        self, limit: int = 100, *, full: Sequence[str] = (), full_keys: Sequence[tuple[str, str]] = ()
+    ) -> list[str]:
+        """Runs that need an owner (their owner died or lost its lock, or they were handed off), at
+        most ``limit``; not the queued runs of the queues ``full`` or the (queue, key) pairs
+        ``full_keys``."""
+
+    async def expired(self, limit: int = 100) -> list[str]:
+        """Paused runs past the deadline of their pause, soonest first, at most ``limit``."""
+
+    async def take_queued(self, execution_id: str) -> Admission:
+        """A sweep's take of the run under the limits of its queue; the run's next activation here
+        goes on with it."""
+
+    async def untake(self, execution_id: str) -> None:
+        """Release a :meth:`take_queued` take that no activation went on with (else nothing)."""
+
+    async def hand_off(
+        self, execution_id: str, queue: str, key: str | None = None, priority: int = 0
+    ) -> None:
+        """Release a run just enqueued: handed to the fleet in ``queue`` with ``key`` and ``priority``."""
+
+    async def declare_queues(self, queues: Sequence[Queue]) -> list[Queue]:
+        """Give the fleet these queues' limits; the limits in force (the stricter of a live other's)."""
+
+    async def queues_of(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """The queue and key each of these runs was enqueued with (runs not enqueued are absent)."""
+
+    async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
+        """Which of these runs were handed to the fleet and not yet taken (a plain read)."""
+
+    def check_owner(self, execution_id: str) -> None:
+        """Raise ``OwnershipLost`` if this store lost the run (or has not recorded its take); no I/O."""
+
+    def on_ownership_lost(self, listener: Callable[[list[str]], object]) -> None:
+        """Call ``listener(run ids)`` when this store loses its liveness lock."""
+
+    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]] | None:
+        """Call ``wake()`` whenever a run is handed to the fleet, and return what stops listening;
+        ``None`` for a store that sends no such notice (a serving process then polls)."""
+
+
+@runtime_checkable
+class OwnerSessions(Protocol):
+    """A store whose run owners hold their liveness lock in a database session an operator can end
+    (PostgreSQL; ``tether recover --force``)."""
+
+    async def terminate_owner(self, execution_id: str) -> int | None:
+        """End the lock session of the run's live owner; the server pid ended, or ``None`` when no
+        live owner holds the run."""

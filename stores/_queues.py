@@ -2,9 +2,9 @@
 
 A run enqueued into a queue carries the queue's name, its ``key`` and its ``priority`` in its
 ``run_owners`` row (and, for good, in ``run_queues``, which ``RunSummary`` reads). The serving
-processes give a queue's limits (:meth:`~stores._owners.OwnedStore.declare_queues`); the store keeps
+processes give a queue's limits (:meth:`~stores.OwnedStore.declare_queues`); the store keeps
 one row per queue in ``queues`` (the limits in force) and the times of its last ``rate[0]`` starts
-in ``queue_starts``. A sweep takes a queued run with :meth:`~stores._owners.OwnedStore.take_queued`,
+in ``queue_starts``. A sweep takes a queued run with :meth:`~stores.OwnedStore.take_queued`,
 in ONE transaction that holds the queue's row (PostgreSQL: ``FOR UPDATE`` in the store's take
 function; SQLite: the writer's ``BEGIN IMMEDIATE``), so the limits are fleet-wide:
 

@@ -11,9 +11,8 @@ by the rate says when to look again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from stores import Admission, StoreError
+from stores import Admission, OwnedStore, StoreError
 
 __all__ = ["admit"]
 
@@ -51,18 +50,20 @@ class _Pass:
 
 
 async def admit(
-    store: Any, listing: Listing, room: int, live: Callable[[str], bool], unsure: Callable[[str], object]
+    store: OwnedStore,
+    listing: Listing,
+    room: int,
+    live: Callable[[str], bool],
+    unsure: Callable[[str], object],
 ) -> tuple[list[str], float | None]:
     """Take up to ``room`` of the runs ``listing`` gives, in order (not those ``live`` here); when
     a queue's limits refuse a run, the listing is read again without that queue (or key), so the
     runs of one full queue never hide another queue's. The ids taken and the seconds until a rate
-    admits another start (``None``: no rate refused). A store without queues (no ``take_queued``)
-    admits every run listed, for its activation to take.
+    admits another start (``None``: no rate refused).
 
     A store error ends the pass: raised when nothing was taken yet, else the runs taken so far are
     returned (they are held here and must be driven); a take whose outcome it left unknown is
     handed to ``unsure`` (it may name this process as its owner: this process takes it again)."""
-    take = getattr(store, "take_queued", None)
     found = _Pass()
     taken: list[str] = []
     tried: set[str] = set()
@@ -75,11 +76,8 @@ async def admit(
                 if eid in tried or live(eid):
                     continue
                 tried.add(eid)
-                if take is None:
-                    taken.append(eid)
-                    continue
                 try:
-                    admission: Admission = await take(eid)
+                    admission = await store.take_queued(eid)
                 except StoreError:
                     unsure(eid)
                     raise

@@ -20,6 +20,8 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from ._owned import owned
+
 if TYPE_CHECKING:
     from stores import Store
 
@@ -194,6 +196,6 @@ def bind_run(
 def check_owner(store: Store | None, execution_id: str) -> None:
     """Refuse to start a tool or an ``@idempotent`` body for a run this process no longer owns
     (``OwnershipLost``: its liveness lock was lost); a store without ownership has nothing to say."""
-    check = getattr(store, "check_owner", None)
-    if check is not None:
-        check(execution_id)
+    found = owned(store)
+    if found is not None:
+        found.check_owner(execution_id)

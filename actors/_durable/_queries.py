@@ -21,6 +21,7 @@ import msgspec
 from stores import RESUME, WAKE_AT, PendingInterrupt, RunHead, RunNotFound, Store
 
 from ..models import Usage
+from ._owned import owned
 from ._runlog import usage_of
 from ._versions import VERSION
 
@@ -126,22 +127,21 @@ async def _unowned(store: Store, heads: list[RunHead]) -> set[str]:
     """Of the unfinished runs still at their first row, those handed to the fleet and not yet taken
     (enqueued). Read before the live owners: a run taken between the two reads is then read as
     owned, never as neither. A store without a fleet's ownership record has no queue."""
-    unowned = getattr(store, "unowned", None)
+    found = owned(store)
     first = [h.execution_id for h in heads if h.state == "unfinished" and h.seq == 0]
-    if not first or not callable(unowned):
+    if not first or found is None:
         return set()
-    found: set[str] = await unowned(first)
-    return found
+    return await found.unowned(first)
 
 
 async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
     unfinished = [h.execution_id for h in heads if h.state == "unfinished"]
     unowned = await _unowned(store, heads)
-    owned = await store.owned(unfinished) if unfinished else set()
-    queued = unowned - owned
-    queues_of = getattr(store, "queues_of", None)
+    live = await store.owned(unfinished) if unfinished else set()
+    queued = unowned - live
+    ownership = owned(store)
     queues: dict[str, tuple[str, str | None]] = (
-        await queues_of([h.execution_id for h in heads]) if callable(queues_of) and heads else {}
+        await ownership.queues_of([h.execution_id for h in heads]) if ownership is not None and heads else {}
     )
     out = []
     for head in heads:
@@ -150,7 +150,7 @@ async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
             found = await store.pending(head.execution_id)
             pending = found[0] if found else None
         eid = head.execution_id
-        out.append(summarise(head, eid in owned, pending, queued=eid in queued, queue=queues.get(eid)))
+        out.append(summarise(head, eid in live, pending, queued=eid in queued, queue=queues.get(eid)))
     return out
 
 

@@ -41,6 +41,7 @@ from ._messages import (
     SpawnFork,
     Wake,
 )
+from ._owned import owned
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
 from ._sources import activation_sources, uses_sources
@@ -440,8 +441,9 @@ class RunActor(Actor):
         """Take the run's ownership lock, or raise ``refuse``. A ``new`` run's take is written with
         its first row where the store can (one transaction less)."""
         take = self.store.try_lock
-        if new:
-            take = getattr(self.store, "try_lock_with_first_row", take)
+        found = owned(self.store) if new else None
+        if found is not None:
+            take = found.try_lock_with_first_row
         if not await take(self.execution_id):
             raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
 

@@ -47,6 +47,7 @@ from ._messages import (
     SpawnFork,
     Wake,
 )
+from ._owned import owned
 from ._queries import run_status
 from ._result import RunResult, resting_result
 from ._run_actor import Opening, RunActor
@@ -470,10 +471,10 @@ class Runs:
     def _watch(self, store: Store) -> None:
         """Listen for the store losing its liveness lock (once per store; a store without
         ownership has none to lose)."""
-        listen = getattr(store, "on_ownership_lost", None)
-        if listen is not None and id(store) not in self._watched:
+        found = owned(store)
+        if found is not None and id(store) not in self._watched:
             self._watched.add(id(store))
-            listen(self._abandon)
+            found.on_ownership_lost(self._abandon)
 
     def _actor(
         self, store: Store, runner: Runner, execution_id: str, opening: Opening | None = None

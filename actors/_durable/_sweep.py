@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import anyio
 
@@ -49,6 +48,7 @@ from stores import (
     RUN_END,
     WAIT,
     AlreadyResumed,
+    OwnedStore,
     PendingInterrupt,
     Queue,
     RunExists,
@@ -65,6 +65,7 @@ from ._admission import admit
 from ._agent import Agent
 from ._errors import RunnerNotFound
 from ._messages import Recover, Resume
+from ._owned import owned
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
 from ._schedules import start_due
@@ -90,11 +91,12 @@ _LONGEST_BACKOFF = 2.0
 _WAIT_BOUND = 10_000
 
 
-def _fleet_store(store: Store) -> Any:
-    """The store's fleet surface (``orphans``); a store without it cannot serve a fleet."""
-    if not callable(getattr(store, "orphans", None)):
+def _fleet_store(store: Store) -> OwnedStore:
+    """The store as an :class:`~stores.OwnedStore`; a store that is not cannot serve a fleet."""
+    found = owned(store)
+    if found is None:
         raise TypeError(f"{store!r} does not record run ownership, so it cannot serve a fleet")
-    return store
+    return found
 
 
 class Fleet:
@@ -169,11 +171,9 @@ class Fleet:
                     agent_path=runner.label,
                 )
             )
-            hand_off = getattr(store, "hand_off", None)
-            if hand_off is not None:  # into its queue (else an unlock hands it to the fleet)
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
-                    await hand_off(run_id, queue, key, priority)
-                    handed = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                await store.hand_off(run_id, queue, key, priority)  # into its queue
+                handed = True
         finally:  # released mid-step, the run is handed to the fleet
             if not handed:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
@@ -295,7 +295,7 @@ class Fleet:
 
     async def _orphans(
         self,
-        store: Any,
+        store: OwnedStore,
         limit: int,
         busy: set[str],
         full: list[str] | None = None,
@@ -305,8 +305,8 @@ class Fleet:
         process lacks are skipped without a read) nor the queued runs of ``full`` queues and
         ``full_keys``, then the runs this process let go in an outage."""
         skip = self._still_waiting() | busy
-        full_out = {"full": full, "full_keys": full_keys} if full or full_keys else {}
-        found = [eid for eid in await store.orphans(limit + len(skip), **full_out) if eid not in skip]
+        listed = await store.orphans(limit + len(skip), full=full or (), full_keys=full_keys or ())
+        found = [eid for eid in listed if eid not in skip]
         return list(dict.fromkeys([*found[:limit], *(e for e in sorted(self._retake) if e not in skip)]))[
             :limit
         ]
@@ -335,7 +335,7 @@ class Fleet:
                 del self._wait[execution_id]
         return set(self._wait)
 
-    async def _expire(self, store: Any, limit: int) -> list[str]:
+    async def _expire(self, store: OwnedStore, limit: int) -> list[str]:
         """Claim each expired pause as a refusal (exactly once, like any claim); the runs claimed
         here, which are then the fleet's to drive."""
         claimed = []
@@ -366,7 +366,7 @@ class Fleet:
         queues = _checked_queues(queues)
         store = _fleet_store(await self._store())
         if queues:
-            await _queue_store(store).declare_queues(queues)
+            await store.declare_queues(queues)
         retry_in: float | None = None
         in_flight: set[str] = set()
         driving: set[str] = set()  # the runs taken by this serve and still driven
@@ -378,7 +378,7 @@ class Fleet:
             wake.set()
             return None
 
-        listen = getattr(store, "listen_for_work", None)
+        listening = True  # until the store says it sends no notice of work
         stop: Callable[[], Awaitable[None]] | None = None
         try:
             async with anyio.create_task_group() as tg:
@@ -398,8 +398,9 @@ class Fleet:
                     wake = anyio.Event()
                     room = concurrency - len(in_flight)
                     try:
-                        if listen is not None and stop is None:
-                            stop = await listen(woken)
+                        if listening and stop is None:
+                            stop = await store.listen_for_work(woken)
+                            listening = stop is not None
                         await self._scheduled(store, concurrency)
                         if room > 0:
                             await self._expire(store, room)
@@ -441,22 +442,20 @@ class Fleet:
                 if stop is not None:
                     await stop()
 
-    async def _take(self, store: Any, execution_id: str) -> bool:
+    async def _take(self, store: OwnedStore, execution_id: str) -> bool:
         """Take one orphan and drive it; ``False`` when it was not taken (another process has it, this
         system lacks its runner, or its newest row is a resting row). An admitted take that no
         activation went on with is released after."""
         try:
             return await self._drive(store, execution_id)
         finally:
-            untake = getattr(store, "untake", None)
-            if untake is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
-                    try:
-                        await untake(execution_id)
-                    except StoreError:  # it may still name this process: its sweeps take it again
-                        self._retake.add(execution_id)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                try:
+                    await store.untake(execution_id)
+                except StoreError:  # it may still name this process: its sweeps take it again
+                    self._retake.add(execution_id)
 
-    async def _drive(self, store: Any, execution_id: str) -> bool:
+    async def _drive(self, store: OwnedStore, execution_id: str) -> bool:
         if self._runs.is_live(execution_id):
             return False
         try:
@@ -511,18 +510,11 @@ def _checked_queues(queues: object) -> list[Queue]:
     return list(queues)
 
 
-def _queue_store(store: Any) -> Any:
-    """The store's flow-control surface; a store without it cannot enforce a queue's limits."""
-    if not callable(getattr(store, "declare_queues", None)):
-        raise TypeError(f"{store!r} does not enforce queue limits, so serve cannot take queues")
-    return store
-
-
 def _resting(step_type: str, status: str) -> bool:
     return step_type in (RUN_END, WAIT) or (step_type == HITL_PAUSE and status == INTERRUPTED)
 
 
-async def _recoveries(store: Any, execution_id: str) -> int:
+async def _recoveries(store: Store, execution_id: str) -> int:
     """How many ``recover`` rows end the run's log: recoveries since its last new step."""
     count = 0
     with contextlib.suppress(RunNotFound):

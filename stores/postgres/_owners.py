@@ -4,7 +4,7 @@ statements of :mod:`stores.postgres._locks` on the pool, the liveness lock on it
 A run's take and release ride on its rows where they can (``append_own`` and ``batch`` in
 :mod:`stores.postgres._sql`, written by :mod:`stores.postgres._appends`): a new run's first row
 records the take, checked in that row's statement, and its ``run_end`` deletes the ``run_owners``
-row (a pause its own), so :meth:`~stores._owners.OwnedStore.unlock` writes nothing. A write whose
+row (a pause its own), so :meth:`~stores._owners.BaseOwnedStore.unlock` writes nothing. A write whose
 statement cannot carry its take (:meth:`LockOwners._taking`) writes it first, in one transaction.
 """
 

@@ -14,7 +14,7 @@ from .._model import (
     PendingInterrupt,
     ReEntry,
 )
-from .._protocol import ReplicatedStore, Store
+from .._protocol import OwnedStore, ReplicatedStore, Store
 from ._factories import make_pending, make_row, pause_row, run_end_row, tool_row
 
 __all__ = ["ConformanceBase"]
@@ -29,6 +29,8 @@ class ConformanceBase:
     timeout: ClassVar[float] = 30.0
     #: Whether the store must implement :class:`ReplicatedStore` (else the outbox tests skip).
     require_outbox: ClassVar[bool] = False
+    #: Whether the store must implement :class:`OwnedStore` (else the fleet's tests skip).
+    require_ownership: ClassVar[bool] = False
     #: Whether a second store instance must see the first one's ownership lock as held.
     lock_across_instances: ClassVar[bool] = True
 
@@ -86,6 +88,14 @@ class ConformanceBase:
             if self.require_outbox:
                 pytest.fail(f"{type(store).__name__} does not implement ReplicatedStore")
             pytest.skip("the store has no outbox")
+        return store
+
+    def ownership(self, store: Store) -> OwnedStore:
+        """The store as an :class:`OwnedStore`, or skip (or fail, if required)."""
+        if not isinstance(store, OwnedStore):
+            if self.require_ownership:
+                pytest.fail(f"{type(store).__name__} does not implement OwnedStore")
+            pytest.skip("this store does not record run ownership")
         return store
 
     @staticmethod

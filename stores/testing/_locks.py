@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -47,10 +46,15 @@ class LockTests(ConformanceBase):
 
     # -- the fleet: orphans and expired pauses -------------------------------------------------------
 
+    async def test_the_store_records_run_ownership(self, store: Store) -> None:
+        """The surface a fleet and lock loss need (``stores.OwnedStore``): a store without it drives
+        runs but cannot serve a fleet; the backends must have it (``require_ownership``)."""
+        fleet = self.ownership(store)
+        assert callable(fleet.check_owner) and callable(fleet.on_ownership_lost)
+
     async def test_orphans_are_runs_of_dead_owners_and_queued_runs(self, store: Store) -> None:
         with self.bounded():
-            if not callable(getattr(store, "orphans", None)):
-                pytest.skip("this store does not record run ownership")
+            fleet = self.ownership(store)
             dying = await self.open_store()
             for eid in ("mid-step", "rested", "queued"):
                 assert await dying.try_lock(eid)
@@ -60,7 +64,6 @@ class LockTests(ConformanceBase):
             await dying.unlock("queued")  # released mid-step: the fleet's
             assert await store.try_lock("live")  # this store lives: never an orphan
             await store.append(make_row("live", 0))
-            fleet: Any = store
             found = fleet.orphans
             assert await found() == ["queued"]
             await self.close_store(dying)  # its owner dies with "mid-step" held
@@ -71,8 +74,7 @@ class LockTests(ConformanceBase):
 
     async def test_expired_lists_pauses_past_their_deadline(self, store: Store) -> None:
         with self.bounded():
-            if not callable(getattr(store, "expired", None)):
-                pytest.skip("this store does not list expired pauses")
+            fleet = self.ownership(store)
             now = utcnow()
             for eid, expires in (
                 ("soon", now - timedelta(seconds=1)),
@@ -83,7 +85,6 @@ class LockTests(ConformanceBase):
                 pending = make_pending(eid, pause)
                 pending.expires_at = expires
                 await store.append_pause(pause, pending)
-            fleet: Any = store
             found = fleet.expired
             assert await found() == ["soon"]
             stored = {p.execution_id: p.expires_at for p in await store.pending()}

@@ -43,6 +43,7 @@ class TestSQLiteStore(StoreConformance):
     """SQLiteStore on a fresh file per test."""
 
     require_outbox = True
+    require_ownership = True
 
     @pytest.fixture(params=LOOPS)
     def anyio_backend(self, request: pytest.FixtureRequest) -> str:
@@ -74,6 +75,7 @@ class TestPostgresStore(StoreConformance):
     """PostgresStore on a fresh schema per test."""
 
     require_outbox = True
+    require_ownership = True
 
     @pytest.fixture(params=LOOPS)
     def anyio_backend(self, request: pytest.FixtureRequest) -> str:

@@ -13,7 +13,7 @@ import argparse
 
 import anyio
 
-from stores import AlreadyResumed, StoreError
+from stores import AlreadyResumed, OwnerSessions, StoreError
 
 from .._timeline import status_text
 from ._command import Command
@@ -39,13 +39,12 @@ async def _run(args: argparse.Namespace) -> int:
         store = system.store
         assert store is not None
         if args.force:
-            terminate = getattr(store, "terminate_owner", None)
-            if terminate is None:
+            if not isinstance(store, OwnerSessions):
                 raise StoreError(
                     f"--force ends an owner's PostgreSQL lock session; on {store!r} stop or kill the "
                     "frozen process instead (the kernel frees its lock when it exits)"
                 )
-            pid = await terminate(eid)
+            pid = await store.terminate_owner(eid)
             if pid is not None:
                 print(f"{eid}: ended the lock session (server pid {pid}) of its owner", flush=True)
                 await anyio.sleep(0.05)  # the server frees the lock as the session ends

@@ -5,6 +5,7 @@ when the store is back, and then serves the queue; a store that never failed is 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -25,11 +26,13 @@ class DownStore(SQLiteStore):
     down = False
     looks = 0
 
-    async def orphans(self, limit: int | None = None) -> list[str]:
+    async def orphans(
+        self, limit: int = 100, *, full: Sequence[str] = (), full_keys: Sequence[tuple[str, str]] = ()
+    ) -> list[str]:
         if self.down:
             self.looks += 1
             raise StoreUnavailable("the store is down")
-        return await super().orphans(limit)
+        return await super().orphans(limit, full=full, full_keys=full_keys)
 
 
 def _agent() -> Agent:
