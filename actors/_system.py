@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from ._core import ActorRuntime, ChildSpec, Restart, Supervision, make_spec
-from ._durable import DEFAULT_MAX_RECOVERIES, Fleet, RunRef, Runs, list_runs, run_status
+from ._durable import DEFAULT_MAX_RECOVERIES, FleetWorker, RunRef, Runs, list_runs, run_status
 from ._durable._runlog import DEFAULT_OUTAGE_GRACE
 from ._durable._schedules import public, stored
 from ._durable._shutdown import SignalWake
@@ -76,7 +76,7 @@ class ActorSystem:
         self._replicated: Store | None = None
         self._runtime = ActorRuntime(self, supervision=supervision)
         self._runs = Runs(self._runtime, self._durable_store, self.runners)
-        self._fleet = Fleet(self._runs, self._durable_store)
+        self._fleet = FleetWorker(self._runs, self._durable_store)
         self._fleet.max_recoveries = max_recoveries
         self._runs.outage_grace = float(store_outage_grace)
         self._owns_store = False

@@ -25,7 +25,7 @@ from stores import utcnow
 
 from ._errors import PlaneError
 
-__all__ = ["INGEST_PATH", "Answer", "Outcome", "PlaneClient"]
+__all__ = ["INGEST_PATH", "Answer", "PlaneClient", "Verdict"]
 
 INGEST_PATH: Final = "/public/v1/checkpoints/ingest"
 _PAYLOAD_REFUSALS: Final = frozenset({400, 409, 413, 422})
@@ -34,7 +34,7 @@ _LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _log = logging.getLogger("tether")
 
 
-class Outcome(enum.Enum):
+class Verdict(enum.Enum):
     """What an answer to an ingest POST means for the rows it carried."""
 
     ACCEPTED = "accepted"
@@ -44,11 +44,11 @@ class Outcome(enum.Enum):
 
 
 class Answer(msgspec.Struct, frozen=True):
-    """One answer: its outcome, status (``None`` on a transport error), the plane's words,
+    """One answer: its verdict (``outcome``), status (``None`` on a transport error), the plane's words,
     the rows it rejected or refused by name, ``Retry-After`` in seconds, and whether the plane
     did not answer within the timeout (it may still be working on the batch)."""
 
-    outcome: Outcome
+    outcome: Verdict
     status: int | None
     explanation: str
     rejections: dict[str, str] = {}
@@ -90,7 +90,7 @@ class PlaneClient:
             response = await self._client().post(INGEST_PATH, content=body)
         except httpx.HTTPError as exc:
             timed_out = isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)  # the plane has it
-            return Answer(Outcome.FAILED, None, f"{type(exc).__name__}: {exc}", timed_out=timed_out)
+            return Answer(Verdict.FAILED, None, f"{type(exc).__name__}: {exc}", timed_out=timed_out)
         return classify(response.status_code, response.content, response.headers)
 
     async def read(self, path: str) -> Any | None:
@@ -119,15 +119,15 @@ def classify(status: int, content: bytes, headers: Mapping[str, str]) -> Answer:
     if 200 <= status < 300:
         missing = _unacknowledged(body, content)
         if missing is not None:
-            return Answer(Outcome.FAILED, status, missing)
+            return Answer(Verdict.FAILED, status, missing)
         named, resend = _rejections(body)
-        return Answer(Outcome.ACCEPTED, status, words, named, resend)
+        return Answer(Verdict.ACCEPTED, status, words, named, resend)
     if status in _PAYLOAD_REFUSALS:
         named, _ = _rejections(body)
-        return Answer(Outcome.REFUSED, status, words, named)
+        return Answer(Verdict.REFUSED, status, words, named)
     if status >= 500:
-        return Answer(Outcome.FAILED, status, words, retry_after=_retry_after(headers))
-    return Answer(Outcome.BLOCKED, status, words, retry_after=_retry_after(headers))
+        return Answer(Verdict.FAILED, status, words, retry_after=_retry_after(headers))
+    return Answer(Verdict.BLOCKED, status, words, retry_after=_retry_after(headers))
 
 
 _NOT_JSON: Final = object()

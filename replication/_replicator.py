@@ -24,7 +24,7 @@ import msgspec
 from actors import Actor, ActorContext, ActorRef, ActorStopped, MailboxFull, Restart
 from stores import CacheEntry, ReplicatedStore, Store, StoredRow, StoreError
 
-from ._client import INGEST_PATH, Answer, Outcome, PlaneClient
+from ._client import INGEST_PATH, Answer, PlaneClient, Verdict
 from ._messages import Arm, Drain, Drained, Kick, ReplicatorMessage, Tick
 from ._restore import restore_enabled, restore_into
 from ._wire import CacheItem, Item, StoredItem, cache_item, resource_type, stored_item, whole_item
@@ -267,18 +267,18 @@ class Replicator(Actor):
         answer = await self._post([row.item for row in rows], [_cache_item(e) for e in cache])
         done.posts += 1
         match answer.outcome:
-            case Outcome.ACCEPTED:
+            case Verdict.ACCEPTED:
                 self._failures = 0  # a slow answer is still an answer: no backoff after it
                 self._limit = min(self.batch_size, self._limit * 2)
                 if cache:
                     await self._cache_sent(box, cache, done)
                 await self._settle(box, rows, answer, done)
                 return True
-            case Outcome.REFUSED if cache:
+            case Verdict.REFUSED if cache:
                 # A row or an entry is at fault: the entries alone first (each refused one is
                 # dropped), then the rows alone (bisected), never a row before its entries.
                 return await self._ship_cache(box, cache, done) and await self._ship(box, rows, done)
-            case Outcome.REFUSED:
+            case Verdict.REFUSED:
                 ids = {row.checkpoint_id for row in rows}
                 named = {cid: reason for cid, reason in answer.rejections.items() if cid in ids}
                 if named:
@@ -316,14 +316,14 @@ class Replicator(Actor):
         answer = await self._post([], [_cache_item(e) for e in entries])
         done.posts += 1
         match answer.outcome:
-            case Outcome.ACCEPTED:
+            case Verdict.ACCEPTED:
                 self._failures = 0
-            case Outcome.REFUSED if len(entries) > 1:
+            case Verdict.REFUSED if len(entries) > 1:
                 mid = len(entries) // 2
                 return await self._ship_cache(box, entries[:mid], done) and await self._ship_cache(
                     box, entries[mid:], done
                 )
-            case Outcome.REFUSED:
+            case Verdict.REFUSED:
                 _log.warning(
                     "replicator: cache entry %s of run %s refused (HTTP %s: %s); it is not replicated",
                     entries[0].key,

@@ -41,10 +41,11 @@ WAKE: Final = "wake"
 #: Rows that record a decision about the run rather than a step of it; re-entry reads through them.
 BOOKKEEPING_STEPS: Final = frozenset({RESUME, RECOVER, SIGNAL, WAKE})
 
-# status values.
+# A row's status values (a run's are ``actors.RunSummary.status``).
 COMPLETED: Final = "completed"
 INTERRUPTED: Final = "interrupted"
 FAILED: Final = "failed"
+#: Every status a row (a ``Checkpoint``) can have.
 STATUSES: Final = frozenset({COMPLETED, INTERRUPTED, FAILED})
 
 #: Key in a ``resume``/``recover`` row's ``node_input`` naming the ``seq`` of the row it re-enters.

@@ -2,7 +2,7 @@
 
 An actor's mailbox is one bounded anyio memory-object stream: a ``send`` is one hop, an ``ask`` one
 hop plus a reply event. Control requests (stop, restart, escalate, passivate) are flags read before
-each message, plus a :data:`WAKE` token only when the loop is idle, so they never wait behind a full
+each message, plus a :data:`WAKE_TOKEN` only when the loop is idle, so they never wait behind a full
 mailbox. A restart re-runs the hooks inside the same task with the same mailbox and ref.
 """
 
@@ -18,7 +18,7 @@ from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
-from ._mailbox import WAKE, ExitReason, Failable
+from ._mailbox import WAKE_TOKEN, ExitReason, Failable
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
@@ -145,7 +145,7 @@ class Cell:
         self.signal = True
         if current_cell.get() is not self:
             # From its own task (a run retiring itself after its message) the loop reads the flag
-            # before its next receive anyway: no WAKE token, no extra turn of the loop.
+            # before its next receive anyway: no WAKE_TOKEN, no extra turn of the loop.
             self._wake()
 
     def stop_normally(self) -> None:
@@ -181,7 +181,7 @@ class Cell:
                 item = self._recv.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 return None
-            if item is WAKE:
+            if item is WAKE_TOKEN:
                 continue
             self.processed += 1
             if type(item) is Ask:
@@ -196,7 +196,7 @@ class Cell:
                 item = await self._recv.receive()
             except (EndOfStream, ClosedResourceError):
                 raise ActorStopped(f"{self.id} stopped while waiting for a message") from None
-            if item is WAKE:
+            if item is WAKE_TOKEN:
                 continue
             self.processed += 1
             if type(item) is Ask:
@@ -206,7 +206,7 @@ class Cell:
 
     def _wake(self) -> None:
         try:
-            self._send.send_nowait(WAKE)
+            self._send.send_nowait(WAKE_TOKEN)
         except (WouldBlock, BrokenResourceError, ClosedResourceError):
             pass  # full: the loop is not waiting and reads the flags before its next message
 
@@ -282,7 +282,7 @@ class Cell:
                 if reason is not None:
                     return reason
             item = await receive()
-            if item is not WAKE:
+            if item is not WAKE_TOKEN:
                 await handle(item)
 
     async def _handle(self, item: object) -> None:
@@ -331,7 +331,7 @@ class Cell:
                 item = self._recv.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 return
-            if item is not WAKE:
+            if item is not WAKE_TOKEN:
                 await self._handle(item)
 
     async def _end_incarnation(self, started: bool) -> None:
@@ -375,7 +375,7 @@ class Cell:
                 stopped = ActorStopped(f"{self.id} stopped before handling the message")
                 stopped.__cause__ = cause
                 item.fail(stopped)
-            elif item is not WAKE:
+            elif item is not WAKE_TOKEN:
                 dropped += 1
         self._recv.close()
         if dropped:

@@ -4,7 +4,7 @@
 User messages are ``msgspec.Struct`` tagged unions (``class Ping(msgspec.Struct, tag="ping",
 frozen=True)``) that an actor handles with ``match``. The runtime's control requests (stop, restart,
 escalate, passivate) never travel through the bounded mailbox: they are flags on the actor's cell
-plus, at most, one :data:`WAKE` token, so a full mailbox cannot hold them back.
+plus, at most, one :data:`WAKE_TOKEN`, so a full mailbox cannot hold them back.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-__all__ = ["WAKE", "ExitReason", "Failable"]
+__all__ = ["WAKE_TOKEN", "ExitReason", "Failable"]
 
 
 class ExitReason(enum.Enum):
@@ -55,4 +55,4 @@ class _Wake:
         return "WAKE"
 
 
-WAKE: Final = _Wake()
+WAKE_TOKEN: Final = _Wake()

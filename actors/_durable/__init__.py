@@ -26,7 +26,7 @@ from ._queries import RunSummary, list_runs, run_status
 from ._result import RunResult
 from ._runs import RunRef, Runs
 from ._schedules import Schedule
-from ._sweep import DEFAULT_MAX_RECOVERIES, Fleet
+from ._sweep import DEFAULT_MAX_RECOVERIES, FleetWorker
 from ._tools import tool
 from ._waits import sleep, sleep_until, wait_signal
 from .topologies import Runner, Supervisor, Swarm
@@ -35,7 +35,7 @@ __all__ = [
     "DEFAULT_MAX_RECOVERIES",
     "Agent",
     "Cancel",
-    "Fleet",
+    "FleetWorker",
     "HandoffLimitExceeded",
     "MaxTurnsExceeded",
     "Recover",

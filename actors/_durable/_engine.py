@@ -1,6 +1,6 @@
 """The agent loop of one durable run: write a row, then take the step; re-enter at the newest row.
 
-:class:`RunEngine` is the run actor's state machine, kept apart from the actor so the row logic reads
+:class:`AgentLevel` is the run actor's state machine, kept apart from the actor so the row logic reads
 top to bottom; the rows themselves (``seq``, the writes) go through :class:`~._runlog.RunLog`. The
 rules cited below are numbered as in ``docs/durability.md``. The row grammar, as the states the loop
 moves through (each row is written before the step it names, rule 1; rules in parentheses):
@@ -59,7 +59,7 @@ from ._context import RunStop, bind_run, check_owner
 from ._errors import MaxTurnsExceeded, ToolNotFound
 from ._events import ATTEMPT_KEY, attempt_of
 from ._interrupt import PauseSignal
-from ._level import Delegation, Level, Next, PausedSignal, Plan
+from ._level import Delegation, Level, Next, PausedSignal, ReentryRoute
 from ._messages import (
     Answered,
     Failed,
@@ -79,7 +79,7 @@ from ._waits import RestedSignal, StepWaits, WaitSignal
 
 T = TypeVar("T")
 
-__all__ = ["SIBLING_NOTE", "RunEngine", "Special", "level_of"]
+__all__ = ["SIBLING_NOTE", "AgentLevel", "Special", "level_of"]
 
 #: What the model reads for a sibling tool call that a pause left behind (rule 6).
 SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
@@ -96,14 +96,14 @@ class Special(Protocol):
         ...
 
     async def call(
-        self, engine: RunEngine, row: Checkpoint, call: ToolCall, below: Plan | None
+        self, engine: AgentLevel, row: Checkpoint, call: ToolCall, below: ReentryRoute | None
     ) -> Next | str:
         """Handle ``call`` (its row ``row`` is written); ``below`` is set when a re-entry goes on in
         the child this call started. A ``str`` is the tool's result."""
         ...
 
 
-class RunEngine(Level):
+class AgentLevel(Level):
     """An agent's level: its model turns and tool calls, as steps (the row grammar above).
 
     ``specials`` are the tools a topology adds (``delegate_to_<role>``, ``handoff_to_<peer>``):
@@ -133,7 +133,7 @@ class RunEngine(Level):
         # level (a delegation in flight), and the call a started child answers.
         self._calls: list[ToolCall] = []
         self._rerun_row: Checkpoint | None = None
-        self._below: Plan | None = None
+        self._below: ReentryRoute | None = None
         self._waiting: tuple[ToolCall, int, int, bool] | None = None
         # The attempt of the next model call (above 1 when re-entry issues a call again).
         self._attempt = 1
@@ -154,12 +154,12 @@ class RunEngine(Level):
         await self._append(row)
         return TakeTurn(0, row)
 
-    async def reenter(self, plan: Plan) -> Next:
-        step = plan.step
+    async def reenter(self, route: ReentryRoute) -> Next:
+        step = route.step
         if conversation_of(step.agent_path) == self.path:
-            return self._reenter(step, plan.decision, after_pause=plan.after_pause)
+            return self._reenter(step, route.decision, after_pause=route.after_pause)
         # The step is deeper: this level's newest row is the delegation it is in.
-        own = await plan.own_rows(self.path)
+        own = await route.own_rows(self.path)
         if (
             not own
             or own[-1].step_type != TOOL_CALL
@@ -168,8 +168,8 @@ class RunEngine(Level):
             raise CheckpointError(
                 f"run {self.execution_id!r}: {self.path!r} has no delegation row above {step.agent_path!r}"
             )
-        self._below = plan.below(own[-1].seq)
-        return self._reenter(own[-1], None, after_pause=plan.after_pause)
+        self._below = route.below(own[-1].seq)
+        return self._reenter(own[-1], None, after_pause=route.after_pause)
 
     async def _step(self, step: Step) -> Next:
         if self.agent.sources and self._offered is None:
@@ -300,7 +300,14 @@ class RunEngine(Level):
         return RunTool(turn, index + 1)
 
     async def _special(
-        self, row: Checkpoint, call: ToolCall, turn: int, index: int, below: Plan | None, *, after_pause: bool
+        self,
+        row: Checkpoint,
+        call: ToolCall,
+        turn: int,
+        index: int,
+        below: ReentryRoute | None,
+        *,
+        after_pause: bool,
     ) -> Next:
         """A topology's tool: a child to run (its outcome answers the call), a text, or an outcome
         that ends this agent's work (a handoff)."""
@@ -315,7 +322,7 @@ class RunEngine(Level):
             return self._answered(call, turn, index, result, after_pause=after_pause)
         return result
 
-    async def _delivered(self, outcome: Outcome) -> Next:
+    async def _after_child(self, outcome: Outcome) -> Next:
         """A delegation's outcome: the worker's answer (or its failure, as a tool error) is the tool's
         result; its pause pauses this agent too."""
         if self._waiting is None:
@@ -577,6 +584,6 @@ def _first_of(group: BaseExceptionGroup[Any], kind: type[T]) -> T:
 def level_of(runner: Any, rows: RunLog, path: str, root: Any) -> Level:
     """The level of ``runner`` (an Agent, a Swarm or a Supervisor) at ``path`` of a run of ``root``."""
     if isinstance(runner, Agent):
-        return RunEngine(agent=runner, rows=rows, path=path, runner=root)
+        return AgentLevel(agent=runner, rows=rows, path=path, runner=root)
     level: Level = runner.level(rows, path, root)
     return level

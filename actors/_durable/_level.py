@@ -3,9 +3,9 @@
 :class:`Level` is what the run actor and a topology's child actors drive: an entry point (at the
 root: start, fork, resume, recovery) writes the activation's first row and returns its first step;
 :meth:`Level.step` takes one step and returns the next, a :class:`Delegation` (a child level to run)
-or an outcome; :meth:`Level.deliver` takes a child's outcome; the root concludes with
-:meth:`Level.conclude` (its ``run_end``). :class:`Plan` says where a resume or a recovery re-enters,
-level by level, from each level's newest row. The agent's level is ``_engine.RunEngine``; the
+or an outcome; :meth:`Level.after_child` takes a child's outcome; the root concludes with
+:meth:`Level.conclude` (its ``run_end``). :class:`ReentryRoute` says where a resume or a recovery re-enters,
+level by level, from each level's newest row. The agent's level is ``_engine.AgentLevel``; the
 topologies' are in ``topologies``.
 """
 
@@ -57,7 +57,7 @@ from ._runlog import SHARED, TRACE, USAGE, RunLog, usage_of
 from ._versions import VERSION, Drift, check_step, drift, version_of
 from ._waits import RestedSignal, is_due
 
-__all__ = ["Delegation", "Level", "Next", "PausedSignal", "Plan", "storable_text"]
+__all__ = ["Delegation", "Level", "Next", "PausedSignal", "ReentryRoute", "storable_text"]
 
 _log = tether_logger()
 
@@ -76,7 +76,7 @@ class PausedSignal(Exception):
         self.pending = pending
 
 
-class Plan:
+class ReentryRoute:
     """Where a resume or a recovery re-enters: the deepest step (``step``, read through the
     bookkeeping rows), the claimed ``decision``, and ``after``, the ``seq`` of the row that began the
     level re-entering (a delegation's tool row, a hop's ``handoff`` row; -1 at the root): that
@@ -101,9 +101,9 @@ class Plan:
         self.after = after
         self._history = history
 
-    def below(self, after: int) -> Plan:
+    def below(self, after: int) -> ReentryRoute:
         """The same re-entry, for the level begun by the row at ``after``."""
-        plan = Plan(
+        route = ReentryRoute(
             self.store,
             self.step,
             self.decision,
@@ -111,7 +111,7 @@ class Plan:
             after=after,
             history=self._history,
         )
-        return plan
+        return route
 
     async def rows(self) -> list[Checkpoint]:
         """The run's rows up to the re-entered step, read once."""
@@ -134,7 +134,7 @@ class Plan:
 
 class Delegation:
     """A level's request to its actor: run ``level`` as a child actor, from ``begin`` (its first
-    step), and hand me its outcome (``Level.deliver``)."""
+    step), and hand me its outcome (``Level.after_child``)."""
 
     __slots__ = ("begin", "level")
 
@@ -149,11 +149,11 @@ Next: TypeAlias = "Step | Delegation | Outcome"
 
 class Level:
     """One runner's part of one activation of a run, at one ``agent_path``: an agent's turns and tools
-    (:class:`RunEngine`), a swarm's hops, a supervisor's manager. The root level also holds the
+    (:class:`AgentLevel`), a swarm's hops, a supervisor's manager. The root level also holds the
     run's entry points (start, fork, resume, cancel) and writes its ``run_end``.
 
     An entry point writes the activation's first row and returns its first step; the actor then
-    hands each step to :meth:`step`, each child's outcome to :meth:`deliver`, and the root concludes
+    hands each step to :meth:`step`, each child's outcome to :meth:`after_child`, and the root concludes
     with :meth:`conclude`. Every row goes through ``rows``, the run's log (and ``seq`` allocator).
     ``runner`` is the root runner, which finds the agent at any path of the run.
     """
@@ -177,14 +177,14 @@ class Level:
         """This level's first step on ``messages`` (a fresh run, a delegation, a hop)."""
         raise NotImplementedError
 
-    async def reenter(self, plan: Plan) -> Next:
+    async def reenter(self, route: ReentryRoute) -> Next:
         """This level's first step when a resume or a recovery re-enters it (rule 5 at every depth)."""
         raise NotImplementedError
 
     async def _step(self, step: Step) -> Next:
         raise TypeError(f"{type(self).__name__} takes no step {step!r}")
 
-    async def _delivered(self, outcome: Outcome) -> Next:
+    async def _after_child(self, outcome: Outcome) -> Next:
         raise TypeError(f"{type(self).__name__} started no child; got {outcome!r}")
 
     async def _prepare(self, step: Checkpoint) -> None:
@@ -393,13 +393,13 @@ class Level:
         """Re-enter the run at its deepest step: ``shared`` as that row has it, hop numbers as the
         rows have them, then each level from its own newest row."""
         self.rows.shared = dict(step.state_snapshot.get(SHARED) or {})
-        plan = Plan(self.store, step, decision, after_pause=after_pause)
+        route = ReentryRoute(self.store, step, decision, after_pause=after_pause)
         if self.runner.nested:
-            for row in await plan.rows():
+            for row in await route.rows():
                 if row.step_type == HANDOFF and row.agent_path is not None:
                     hops = self.rows.hops
                     hops[row.agent_path] = max(hops.get(row.agent_path, 0), row.step_index + 1)
-        return await self.reenter(plan)
+        return await self.reenter(route)
 
     async def cancel(self, reason: str, *, error: str | None = None) -> RunResult:
         """Write the failed ``run_end`` of a cancel (it also drops a pending row, rule 11); its error
@@ -458,10 +458,10 @@ class Level:
         except Exception as error:
             return Failed(f"{type(error).__name__}: {error}")
 
-    async def deliver(self, outcome: Outcome) -> Next:
+    async def after_child(self, outcome: Outcome) -> Next:
         """Take in the outcome of the child this level's last step started (as :meth:`step` does)."""
         try:
-            return await self._delivered(outcome)
+            return await self._after_child(outcome)
         except PausedSignal as paused:
             return Paused(paused.pending)
         except RestedSignal as rested:

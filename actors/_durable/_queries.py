@@ -25,13 +25,14 @@ from ._owned import owned
 from ._runlog import usage_of
 from ._versions import VERSION
 
-__all__ = ["STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
+__all__ = ["RUN_STATUSES", "RunStatusName", "RunSummary", "list_runs", "run_status", "summarise"]
 
 #: How a run stands (see :class:`RunSummary`).
 RunStatusName = Literal[
     "completed", "failed", "paused", "waiting", "running", "orphaned", "approved", "queued"
 ]
-STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
+#: Every status a run can have (not a row's: ``stores.STATUSES``).
+RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
 
 #: How many heads one page of a filtered listing reads (running, orphaned, approved and queued are
 #: told apart after the read, so a filter on them may need several pages).
@@ -174,8 +175,8 @@ async def list_runs(
 
     An unknown status or a limit below 1 raises ``ValueError`` before anything is read.
     """
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
+    if status is not None and status not in RUN_STATUSES:
+        raise ValueError(f"unknown run status {status!r}: use one of {', '.join(RUN_STATUSES)}")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive int, not {limit!r}")
     if queue is not None and not isinstance(queue, str):

@@ -4,25 +4,25 @@ Ownership is the store's (``stores._owners``): a live activation owns its run th
 liveness lock, and a run whose owner died, or that was handed to the fleet, is an orphan the store
 lists without reading the resting runs. Here:
 
-* :meth:`Fleet.enqueue` writes a run's first row as this process, then releases it without driving
+* :meth:`FleetWorker.enqueue` writes a run's first row as this process, then releases it without driving
   it; a run released mid-step is handed to the fleet (the store records it with no owner), and any
   sweep takes it. (A crash between the two leaves the run owned by a dead
   owner: an orphan too.)
-* :meth:`Fleet.sweep` takes each orphan it has the runner for and drives it from its newest row, as
+* :meth:`FleetWorker.sweep` takes each orphan it has the runner for and drives it from its newest row, as
   ``system.resume(id)`` would, through the run's actor (so a live activation in this process is never
   entered twice). A run whose newest row is a resting row (its owner died after writing it) only has
   its stale ownership dropped. A run whose runner, by name and version, this process lacks is left
   alone, nothing written (``docs/versions.md``), for a worker that has it. A run recovered ``max_recoveries`` times without a new step ends with
   a failed marker instead. Racing sweepers are safe: taking a run is one conditional write in the
   store, and the unique ``(execution_id, seq)`` refuses a second writer in any case.
-* :meth:`Fleet.serve` sweeps until cancelled, at most ``concurrency`` runs at once, woken by
+* :meth:`FleetWorker.serve` sweeps until cancelled, at most ``concurrency`` runs at once, woken by
   PostgreSQL's ``LISTEN``/``NOTIFY`` when work is handed off and by polling every ``poll`` seconds.
 * A store error never stops a sweep or ``serve``: ``serve`` logs a WARNING and looks again with
   backoff (at most :data:`_LONGEST_BACKOFF` seconds apart) until the store answers, while the
   store reconnects. A run this process let go in an outage (abandoned after ``store_outage_grace``,
   or whose take or release failed) may still name this process as its owner, so no other sweep
   lists it: this process's sweeps take it again themselves.
-* :meth:`Fleet.claim` claims a pause without a runner: the ``resume`` row with the decision, then the
+* :meth:`FleetWorker.claim` claims a pause without a runner: the ``resume`` row with the decision, then the
   run released, so handed to the fleet, whose sweep finishes it.
 
 Flow control is the store's (``stores._queues``): a run is enqueued into a queue with a key and a
@@ -74,7 +74,7 @@ from ._trace import caller_traceparent
 from ._versions import version_of
 from .topologies import Runner
 
-__all__ = ["DEFAULT_MAX_RECOVERIES", "Fleet"]
+__all__ = ["DEFAULT_MAX_RECOVERIES", "FleetWorker"]
 
 #: How many recoveries without a new step a run gets before the sweep gives up on it.
 DEFAULT_MAX_RECOVERIES = 5
@@ -99,8 +99,9 @@ def _fleet_store(store: Store) -> OwnedStore:
     return found
 
 
-class Fleet:
-    """The queue, sweep, serve and claim of an :class:`~actors.ActorSystem` (it delegates here)."""
+class FleetWorker:
+    """This process's part in the fleet: the queue, sweep, serve and claim of an
+    :class:`~actors.ActorSystem` (it delegates here)."""
 
     def __init__(self, runs: Runs, store: Callable[[], Awaitable[Store]]) -> None:
         self._runs = runs

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from replication._client import Outcome, classify
+from replication._client import Verdict, classify
 from stores import utcnow
 
 ACK = msgspec.json.encode({"accepted": 2, "rejections": []})
@@ -39,7 +39,7 @@ def test_an_acknowledged_2xx_is_accepted(status: int) -> None:
         }
     )
     answer = classify(status, body, headers())
-    assert (answer.outcome, answer.status, answer.explanation) == (Outcome.ACCEPTED, status, "one of three")
+    assert (answer.outcome, answer.status, answer.explanation) == (Verdict.ACCEPTED, status, "one of three")
     assert answer.rejections == {"a": "too big", "c": "rejected"}
     assert answer.resend == frozenset({"b"})
     assert answer.retry_after is None
@@ -60,7 +60,7 @@ def test_an_acknowledged_2xx_is_accepted(status: int) -> None:
 )
 def test_a_2xx_without_the_acknowledgment_is_a_transport_failure(content: bytes, why: str) -> None:
     answer = classify(200, content, headers())
-    assert (answer.outcome, answer.status) == (Outcome.FAILED, 200)
+    assert (answer.outcome, answer.status) == (Verdict.FAILED, 200)
     assert answer.explanation.startswith(why)
     assert 'not the plane\'s acknowledgment {"accepted": N, "rejections": [...]}' in answer.explanation
 
@@ -69,7 +69,7 @@ def test_a_2xx_without_the_acknowledgment_is_a_transport_failure(content: bytes,
 def test_payload_refusals_are_refused_with_the_rows_they_name(status: int) -> None:
     body = msgspec.json.encode({"error": "too long", "rejections": [{"checkpoint_id": "x", "reason": "r"}]})
     answer = classify(status, body, headers(retry_after="9"))
-    assert (answer.outcome, answer.status, answer.explanation) == (Outcome.REFUSED, status, "too long")
+    assert (answer.outcome, answer.status, answer.explanation) == (Verdict.REFUSED, status, "too long")
     assert answer.rejections == {"x": "r"}
     assert answer.retry_after is None
 
@@ -77,14 +77,14 @@ def test_payload_refusals_are_refused_with_the_rows_they_name(status: int) -> No
 @pytest.mark.parametrize("status", [300, 301, 401, 403, 404, 408, 429, 499])
 def test_conditions_of_the_connection_are_blocked(status: int) -> None:
     answer = classify(status, b'{"error": "go away"}', headers(retry_after="3"))
-    assert (answer.outcome, answer.status, answer.explanation) == (Outcome.BLOCKED, status, "go away")
+    assert (answer.outcome, answer.status, answer.explanation) == (Verdict.BLOCKED, status, "go away")
     assert answer.retry_after == 3.0
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 599])
 def test_server_errors_fail_and_carry_retry_after(status: int) -> None:
     answer = classify(status, b"upstream down\n", headers(retry_after="7"))
-    assert (answer.outcome, answer.status, answer.explanation) == (Outcome.FAILED, status, "upstream down")
+    assert (answer.outcome, answer.status, answer.explanation) == (Verdict.FAILED, status, "upstream down")
     assert answer.retry_after == 7.0
     assert classify(status, b"", headers()).retry_after is None
 

@@ -24,7 +24,7 @@ from .._store_url import opened_store
 Runner: TypeAlias = Agent | Swarm | Supervisor
 
 __all__ = [
-    "STATUSES",
+    "RUN_STATUSES",
     "Runner",
     "add_json",
     "add_runner",
@@ -39,8 +39,8 @@ __all__ = [
     "runner_spec",
 ]
 
-#: Every status a run can have (``RunSummary.status``).
-STATUSES: tuple[str, ...] = get_args(get_type_hints(RunSummary)["status"])
+#: Every status a run can have (``RunSummary.status``; not a row's: ``stores.STATUSES``).
+RUN_STATUSES: tuple[str, ...] = get_args(get_type_hints(RunSummary)["status"])
 
 #: ANSI colours of statuses on a terminal (green, red, yellow, blue, magenta, cyan).
 _COLOURS = {

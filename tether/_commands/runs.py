@@ -12,7 +12,7 @@ from actors import RunSummary
 
 from .._timeline import when
 from ._command import Command
-from ._common import STATUSES, add_json, emit_json, opened_system, positive, print_table
+from ._common import RUN_STATUSES, add_json, emit_json, opened_system, positive, print_table
 
 __all__ = ["COMMAND", "summary_detail"]
 
@@ -29,7 +29,7 @@ def summary_detail(summary: RunSummary) -> str:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", choices=STATUSES, help="only runs of this status")
+    parser.add_argument("--status", choices=RUN_STATUSES, help="only runs of this status")
     parser.add_argument("--runner", metavar="NAME", help="only runs of the runner of this name")
     parser.add_argument("--queue", metavar="Q", help="only runs enqueued in this queue")
     parser.add_argument(

@@ -27,7 +27,7 @@ from starlette.templating import Jinja2Templates
 from actors import ActorSystem, AlreadyResumed, Resume
 from stores import PendingInterrupt, RunNotFound, StoreUnavailable, TetherError
 
-from .._commands._common import STATUSES, Runner
+from .._commands._common import RUN_STATUSES, Runner
 from .._store_url import opened_store
 from .._timeline import (
     diff_rows,
@@ -59,7 +59,6 @@ _MAX_LIMIT: Final = 2000
 #: Bound on a posted form (a decision is a few short fields).
 _MAX_FORM: Final = 16 * 1024
 
-_STATUSES: Final = STATUSES
 _templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 _templates.env.filters["when"] = when
 _templates.env.filters["status_text"] = status_text
@@ -89,7 +88,7 @@ def _page(request: Request, name: str, status_code: int = 200, **context: Any) -
 async def _runs(request: Request) -> Response:
     status = request.query_params.get("status") or None
     runner = request.query_params.get("runner") or None
-    if status is not None and status not in _STATUSES:
+    if status is not None and status not in RUN_STATUSES:
         return _page(request, "message.html", 400, title="Unknown status", text=f"no status {status!r}")
     limit = request.query_params.get("limit", str(PAGE))
     if not limit.isdigit() or not 1 <= int(limit) <= _MAX_LIMIT:
@@ -104,7 +103,7 @@ async def _runs(request: Request) -> Response:
         }
         more = "/runs?" + urlencode({k: v for k, v in query.items() if v})
     return _page(
-        request, "runs.html", runs=found, status=status, runner=runner or "", statuses=_STATUSES, more=more
+        request, "runs.html", runs=found, status=status, runner=runner or "", statuses=RUN_STATUSES, more=more
     )
 
 

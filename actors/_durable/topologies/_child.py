@@ -47,7 +47,7 @@ async def drive(
     step = first
     while True:
         if isinstance(step, Delegation):
-            step = await level.deliver(await _run_child(ctx, step, take))
+            step = await level.after_child(await _run_child(ctx, step, take))
         elif isinstance(step, _OUTCOMES):
             return step
         else:

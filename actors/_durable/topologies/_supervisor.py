@@ -18,8 +18,8 @@ from stores import Checkpoint, child_path
 
 from ...models import Message, ToolCall
 from .._agent import Agent
-from .._engine import RunEngine, level_of
-from .._level import Delegation, Level, Next, Plan
+from .._engine import AgentLevel, level_of
+from .._level import Delegation, Level, Next, ReentryRoute
 from .._runlog import RunLog
 from .._versions import cached_fingerprint, check_version
 
@@ -88,7 +88,7 @@ class Supervisor:
     def level(self, rows: RunLog, path: str, root: Any) -> Level:
         """The manager's level at ``path``, with one delegate tool per worker."""
         specials = {_DELEGATE + role: _Delegate(role, worker) for role, worker in self.workers.items()}
-        return RunEngine(agent=self.manager, rows=rows, path=path, specials=specials, runner=root)
+        return AgentLevel(agent=self.manager, rows=rows, path=path, specials=specials, runner=root)
 
     def check_tool(self, path: str, own_path: str, name: str, execution_id: str) -> None:
         """Refuse (``ToolNotFound``) a re-entry of a tool the agent at ``path`` lacks."""
@@ -131,7 +131,7 @@ class _Delegate:
         }
 
     async def call(
-        self, engine: RunEngine, row: Checkpoint, call: ToolCall, below: Plan | None
+        self, engine: AgentLevel, row: Checkpoint, call: ToolCall, below: ReentryRoute | None
     ) -> Next | str:
         task = call.arguments.get("task")
         if not isinstance(task, str) or set(call.arguments) - {"task"}:

@@ -19,9 +19,9 @@ from stores import HANDOFF, Checkpoint, child_path, conversation_of, handoff_nod
 from ...models import Message, ToolCall
 from ...models._types import Transcript
 from .._agent import Agent
-from .._engine import SIBLING_NOTE, RunEngine, level_of
+from .._engine import SIBLING_NOTE, AgentLevel, level_of
 from .._errors import HandoffLimitExceeded
-from .._level import Delegation, Level, Next, Plan
+from .._level import Delegation, Level, Next, ReentryRoute
 from .._messages import HandedOff, Outcome
 from .._runlog import RunLog
 from .._versions import cached_fingerprint, check_version
@@ -166,8 +166,8 @@ class SwarmLevel(Level):
         self._transcript = Transcript([m for m in messages if m.role != "system"])
         return self._member(self.swarm.entry, None)
 
-    async def reenter(self, plan: Plan) -> Next:
-        step = plan.step
+    async def reenter(self, route: ReentryRoute) -> Next:
+        step = route.step
         if conversation_of(step.agent_path) == self.path:
             if step.step_type != HANDOFF:
                 raise TypeError(f"swarm {self.path!r} wrote no row {step.node_id!r}")
@@ -176,11 +176,11 @@ class SwarmLevel(Level):
         segments = parse_path(step.agent_path or "")
         depth = len(parse_path(self.path))
         member = segments[depth][1]
-        hops = [row for row in await plan.own_rows(self.path) if row.step_type == HANDOFF]
+        hops = [row for row in await route.own_rows(self.path) if row.step_type == HANDOFF]
         if hops:
             self._from_hop(hops[-1])
         self._active = member
-        return self._member(member, plan.below(hops[-1].seq if hops else plan.after))
+        return self._member(member, route.below(hops[-1].seq if hops else route.after))
 
     def _from_hop(self, row: Checkpoint) -> None:
         snapshot = row.state_snapshot
@@ -190,14 +190,14 @@ class SwarmLevel(Level):
         self._active = str(row.node_input["to"])
         self._turn = row.step_index
 
-    def _member(self, name: str, below: Plan | None) -> Delegation:
+    def _member(self, name: str, below: ReentryRoute | None) -> Delegation:
         runner = self.swarm.member(name)
         path = self.swarm.member_path(self.path, name)
         level: Level
         if isinstance(runner, Agent):
             peers = self.swarm.handoffs[name]
             specials = {_HANDOFF + peer: _Handoff(peer) for peer in peers}
-            level = RunEngine(agent=runner, rows=self.rows, path=path, specials=specials, runner=self.runner)
+            level = AgentLevel(agent=runner, rows=self.rows, path=path, specials=specials, runner=self.runner)
         else:
             level = level_of(runner, self.rows, path, self.runner)
         if below is not None:
@@ -209,7 +209,7 @@ class SwarmLevel(Level):
         messages.extend(self._transcript.messages)
         return Delegation(level, lambda: level.begin(messages))
 
-    async def _delivered(self, outcome: Outcome) -> Next:
+    async def _after_child(self, outcome: Outcome) -> Next:
         if not isinstance(outcome, HandedOff):
             return outcome  # the member answered, paused or failed: so did the swarm
         source = self._active
@@ -271,7 +271,7 @@ class _Handoff:
         }
 
     async def call(
-        self, engine: RunEngine, row: Checkpoint, call: ToolCall, below: Plan | None
+        self, engine: AgentLevel, row: Checkpoint, call: ToolCall, below: ReentryRoute | None
     ) -> Next | str:
         reason = call.arguments.get("reason", "")
         context = call.arguments.get("context", {})
