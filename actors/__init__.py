@@ -13,11 +13,6 @@ Everything public is re-exported here, and its ``__module__`` reads ``actors`` (
 happens to be defined).
 """
 
-import inspect
-import sys
-
-import msgspec
-
 from stores import (
     AlreadyResumed,
     CheckpointError,
@@ -29,6 +24,7 @@ from stores import (
     TetherError,
     WriteConflict,
 )
+from stores import fixup_module_metadata as _fixup_module_metadata
 
 from . import events, models
 from ._core import (
@@ -133,38 +129,7 @@ __all__ = [
 ]
 
 
-def _fixup_module_metadata(module_name: str, namespace: dict[str, object]) -> None:
-    """Make every public class and function of ``namespace`` report ``module_name`` as its module.
-
-    Names defined in a private module of this package or in :mod:`stores` (the re-exported errors)
-    are rewritten; anything else is left alone. A class's own string annotations are evaluated first,
-    in the module that defined it, because msgspec (and ``typing.get_type_hints``) would otherwise look
-    them up in ``module_name``, which does not hold those names. A name that module imports only for
-    type checking stays a string (a ``msgspec.Struct`` must not have one: decoding it would fail).
-    """
-    for name in namespace["__all__"]:  # type: ignore[attr-defined]
-        obj = namespace[name]
-        origin = getattr(obj, "__module__", None)
-        if not isinstance(origin, str) or origin == module_name or not callable(obj):
-            continue
-        if not (origin.startswith(f"{module_name}._") or origin.split(".")[0] == "stores"):
-            continue
-        if isinstance(obj, type):
-            scope = vars(sys.modules[origin])
-            resolved: dict[str, object] = {}
-            for key, annotation in inspect.get_annotations(obj).items():
-                try:
-                    resolved[key] = eval(annotation, scope) if isinstance(annotation, str) else annotation
-                except NameError:
-                    if issubclass(obj, msgspec.Struct):
-                        raise
-                    resolved[key] = annotation
-            if resolved:
-                obj.__annotations__ = resolved
-        obj.__module__ = module_name
-
-
-_fixup_module_metadata(__name__, globals())
+_fixup_module_metadata(__name__, globals(), also=["stores"])  # the re-exported errors speak for actors
 _fixup_module_metadata(models.__name__, vars(models))
 _fixup_module_metadata(events.__name__, vars(events))
 del _fixup_module_metadata

@@ -9,6 +9,8 @@ it by themselves when a replicator is attached (``TETHER_RESTORE_FROM_PLANE=off`
 The reference plane server is :mod:`replication.plane` (optional extra ``plane``).
 """
 
+from stores import fixup_module_metadata as _fixup_module_metadata
+
 from ._errors import PlaneError
 from ._messages import Drained
 from ._replicator import Replicator
@@ -16,8 +18,5 @@ from ._restore import ENV_RESTORE, restore_from_plane
 
 __all__ = ["ENV_RESTORE", "Drained", "PlaneError", "Replicator", "restore_from_plane"]
 
-for _name in __all__:  # public names report this module (tracebacks say replication.PlaneError)
-    _obj = globals()[_name]
-    if isinstance(_obj, type) or callable(_obj):
-        _obj.__module__ = __name__
-del _name, _obj
+_fixup_module_metadata(__name__, globals())  # tracebacks say replication.PlaneError
+del _fixup_module_metadata

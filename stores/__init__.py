@@ -41,7 +41,7 @@ from ._json import canonical_json
 from ._json import decode as decode_json
 from ._json import encode as encode_json
 from ._json import normalize as normalize_json
-from ._meta import fixup_module_metadata as _fixup_module_metadata
+from ._meta import fixup_module_metadata
 from ._model import (
     BOOKKEEPING_STEPS,
     COMPLETED,
@@ -178,6 +178,7 @@ __all__ = [
     "conversation_of",
     "decode_json",
     "encode_json",
+    "fixup_module_metadata",
     "handoff_node",
     "new_id",
     "normalize_json",
@@ -193,7 +194,7 @@ __all__ = [
 ]
 
 _LAZY = frozenset({"PostgresStore"})
-_fixup_module_metadata(__name__, globals(), [name for name in __all__ if name not in _LAZY])
+fixup_module_metadata(__name__, globals(), [name for name in __all__ if name not in _LAZY])
 
 
 def __getattr__(name: str) -> Any:
@@ -201,7 +202,7 @@ def __getattr__(name: str) -> Any:
     if name == "PostgresStore":
         from .postgres import PostgresStore
 
-        _fixup_module_metadata(__name__, {name: PostgresStore}, [name])
+        fixup_module_metadata(__name__, {name: PostgresStore}, [name])
         globals()[name] = PostgresStore
         return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -149,6 +149,14 @@ def test_public_classes_name_their_public_face(name: str) -> None:
             msgspec.json.Decoder(obj)
 
 
+def test_one_helper_rewrites_module_metadata() -> None:
+    """Every package's face rewrites ``__module__`` through ``stores.fixup_module_metadata``."""
+    writers = sorted(
+        str(path.relative_to(ROOT)) for path in MODULES.values() if "__module__ =" in path.read_text()
+    )
+    assert writers == ["stores/_meta.py"], writers
+
+
 # -- the import graph ------------------------------------------------------------------------------
 
 

@@ -6,8 +6,11 @@ Needs the extra ``mcp`` (``pip install 'tether[mcp]'``, the official ``mcp`` SDK
 elicitation as a pause). See ``docs/mcp.md``.
 """
 
+from stores import fixup_module_metadata as _fixup_module_metadata
+
 from ._server import MCPServer
 
 __all__ = ["MCPServer"]
 
-MCPServer.__module__ = __name__
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata
