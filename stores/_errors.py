@@ -220,6 +220,42 @@ def no_pause(execution_id: str) -> AlreadyResumed:
     )
 
 
+def owned_elsewhere(execution_id: str) -> RunExists:
+    """A run's first row refused because a live owner holds the run."""
+    return RunExists(f"run {execution_id!r} is owned by another live process or actor")
+
+
+def take_unfinished(execution_id: str, timeout: float) -> StoreUnavailable:
+    """Taking a run did not finish within its bound (its outcome is unknown; the take is undone)."""
+    return StoreUnavailable(f"taking run {execution_id!r} did not finish in {timeout} s")
+
+
+def abandoned_run(execution_id: str, store: object) -> OwnershipLost:
+    """Anything more for a run ``store`` abandoned when it lost its liveness lock."""
+    return OwnershipLost(
+        f"run {execution_id!r} was abandoned: {store!r} lost its liveness lock, and "
+        "another process may be recovering the run"
+    )
+
+
+def take_unrecorded(execution_id: str) -> OwnershipLost:
+    """An act for a run whose take is not written (its first row is not, or it rests)."""
+    return OwnershipLost(
+        f"run {execution_id!r} is not recorded as owned here: its first row is not written yet, "
+        "or it rests (nothing may act for it until a write records the take)"
+    )
+
+
+def signal_to_no_run(execution_id: str) -> RunNotFound:
+    """A signal to a run without rows."""
+    return RunNotFound(f"run {execution_id!r} has no checkpoints in this store: no signal sent")
+
+
+def signal_to_completed(execution_id: str) -> AlreadyResumed:
+    """A signal to a completed run: nothing is left to deliver to."""
+    return AlreadyResumed(f"run {execution_id!r} already completed: no signal is delivered to it")
+
+
 def pending_exists(execution_id: str) -> WriteConflict:
     """A second pause of a run that already has a pending row."""
     return WriteConflict(f"run {execution_id!r} already has a pending interrupt")

@@ -13,16 +13,15 @@ token, whose futures are anyio-neutral :class:`Pending` ones.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Loop", "Pending", "Settled", "TrioLoop", "running_loop", "settled", "trio_loop"]
+from ._log import LOGGER
 
-_LOG = logging.getLogger("tether")
+__all__ = ["Loop", "Pending", "Settled", "TrioLoop", "running_loop", "settled", "trio_loop"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -140,7 +139,7 @@ def _logged(callback: Callable[..., object], *args: Any) -> None:
     try:
         callback(*args)
     except Exception:
-        _LOG.exception("a store callback failed: %r", callback)
+        LOGGER.exception("a store callback failed: %r", callback)
 
 
 _trio_loop: anyio.lowlevel.RunVar[TrioLoop] = anyio.lowlevel.RunVar("tether_store_loop")

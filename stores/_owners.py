@@ -17,20 +17,17 @@ release would leave them unowned and unfindable). The next run taken gets a fres
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
 
-from ._errors import OwnershipLost, RunExists, StoreUnavailable, check_execution_id
+from ._errors import abandoned_run, check_execution_id, take_unfinished, take_unrecorded
+from ._log import LOGGER
 from ._model import new_id
 from ._queues import Admission, Queue, Work, check_enqueue
 
-__all__ = ["LOGGER", "BaseOwnedStore", "Ownership", "taken"]
-
-#: The one "tether" logger (the same name actors logs under).
-LOGGER: Final = logging.getLogger("tether")
+__all__ = ["BaseOwnedStore", "Ownership"]
 
 #: Bound on taking a run (one statement, shielded so its outcome is always known; seconds).
 _TAKE_TIMEOUT: Final = 30.0
@@ -130,10 +127,7 @@ class Ownership:
     def check(self, execution_id: str) -> None:
         """Refuse anything more for a run this store abandoned (``OwnershipLost``)."""
         if execution_id in self._abandoned:
-            raise OwnershipLost(
-                f"run {execution_id!r} was abandoned: {self._store!r} lost its liveness lock, and "
-                "another process may be recovering the run"
-            )
+            raise abandoned_run(execution_id, self._store)
 
     def on_lost(self, listener: Listener) -> None:
         """Call ``listener(abandoned run ids)`` whenever the lock is lost (on the event loop)."""
@@ -323,7 +317,7 @@ class BaseOwnedStore:
         if scope.cancelled_caught:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
                 await self._release_row(execution_id, owner)
-            raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
+            raise take_unfinished(execution_id, _TAKE_TIMEOUT)
         return took
 
     async def unlock(self, execution_id: str) -> None:
@@ -367,7 +361,7 @@ class BaseOwnedStore:
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
                     await self._release_row(execution_id, owner)
-                raise StoreUnavailable(f"taking run {execution_id!r} did not finish in {_TAKE_TIMEOUT} s")
+                raise take_unfinished(execution_id, _TAKE_TIMEOUT)
         finally:
             own.end(execution_id, owner if admission.taken else None)
         if admission.taken:
@@ -459,10 +453,7 @@ class BaseOwnedStore:
         self._probe()
         self._own.check(execution_id)
         if execution_id in self._own.unrecorded:
-            raise OwnershipLost(
-                f"run {execution_id!r} is not recorded as owned here: its first row is not written yet, "
-                "or it rests (nothing may act for it until a write records the take)"
-            )
+            raise take_unrecorded(execution_id)
 
     def on_ownership_lost(self, listener: Listener) -> None:
         """Call ``listener(run ids)`` when this store loses its liveness lock (see :class:`Ownership`)."""
@@ -476,8 +467,3 @@ class BaseOwnedStore:
 
 def _same(op: Op) -> Op:
     return op
-
-
-def taken(execution_id: str) -> RunExists:
-    """A run's first row refused because a live owner holds the run."""
-    return RunExists(f"run {execution_id!r} is owned by another live process or actor")

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._errors import AlreadyResumed, RunNotFound, check_execution_id
+from ._errors import check_execution_id, signal_to_completed, signal_to_no_run
 from ._json import decode, encode
 from ._model import COMPLETED, LLM_CALL, RUN_END, SIGNAL, WAIT, WAKE
 
@@ -95,9 +95,9 @@ def refuse_signal(execution_id: str, newest: tuple[str, str] | None) -> None:
     """Refuse a signal to a run by its newest row's ``(step_type, status)``: none (``RunNotFound``),
     or a completed ``run_end`` (``AlreadyResumed``: nothing is left to deliver to)."""
     if newest is None:
-        raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store: no signal sent")
+        raise signal_to_no_run(execution_id)
     if newest[0] == RUN_END and newest[1] == COMPLETED:
-        raise AlreadyResumed(f"run {execution_id!r} already completed: no signal is delivered to it")
+        raise signal_to_completed(execution_id)
 
 
 def consumed_ids(node_input: bytes | bytearray | memoryview) -> list[int] | None:

@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from stores import child_path
+
 from ..models import Message, Model
 from ._errors import ToolNotFound
 from ._output import OutputSpec
@@ -109,7 +111,7 @@ class Agent:
     @property
     def label(self) -> str:
         """This agent's ``agent_path`` segment as a plain agent: ``agent:<name>``."""
-        return f"agent:{self.name}"
+        return child_path(None, self.kind, self.name)
 
     def tool(self, name: str, *, execution_id: str | None = None) -> Tool:
         """The tool called ``name``; :class:`ToolNotFound` (naming agent, tool and run) if there is none."""

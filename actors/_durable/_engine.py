@@ -48,6 +48,7 @@ from stores import (
     Store,
     StoreError,
     conversation_of,
+    turn_node,
 )
 
 from ..models import Message, ToolCall
@@ -270,7 +271,7 @@ class AgentLevel(Level):
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
         return self._row(
-            node_id=f"turn:{turn}",
+            node_id=turn_node(turn),
             step_type=LLM_CALL,
             turn=turn,
             transcript=self._transcript,

@@ -1,5 +1,6 @@
 """Errors of durable runs: a missing runner or tool, a runner of another version or changed under
-its run, a pause that needs a decision, a run out of turns, a side effect in doubt.
+its run, a pause that needs a decision, a run out of turns, a side effect in doubt; and the
+refusals the durable layer words itself with the store's error types (one constructor each).
 
 Each derives from :class:`stores.TetherError` and names the run, runner or tool it is about,
 so a message read in a log says what to fix.
@@ -16,11 +17,35 @@ __all__ = [
     "RunnerVersionMismatch",
     "SideEffectInDoubt",
     "ToolNotFound",
+    "held_elsewhere",
+    "not_in_store",
+    "nothing_to_claim",
 ]
 
 from collections.abc import Sequence
+from typing import TypeVar
 
-from stores import TetherError
+from stores import AlreadyResumed, Checkpoint, RunNotFound, TetherError
+
+E = TypeVar("E", bound=TetherError)
+
+
+def not_in_store(execution_id: str) -> RunNotFound:
+    """A request about a run the store has no row of."""
+    return RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+
+
+def nothing_to_claim(execution_id: str, step: Checkpoint) -> AlreadyResumed:
+    """A claim of a run whose newest step is not a pause waiting for its decision."""
+    return AlreadyResumed(
+        f"run {execution_id!r} has no pending interrupt to claim: its newest step is "
+        f"{step.node_id!r} ({step.step_type})"
+    )
+
+
+def held_elsewhere(execution_id: str, refusal: type[E]) -> E:
+    """A take of the run refused: another live process (or actor here) holds it."""
+    return refusal(f"run {execution_id!r} is owned by another live process or actor")
 
 
 def _of_run(execution_id: str | None) -> str:

@@ -20,10 +20,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, Self
 
-from stores import COMPLETED, RUN_END, Checkpoint, RowWatch, RunNotFound, Store
+from stores import COMPLETED, RUN_END, Checkpoint, RowWatch, Store
 
 from ..events import DurableEvent, Event, TextDelta
 from ..models._stream import TextSink
+from ._errors import not_in_store
 from ._events import RowEvents, attempt_of, is_resting
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ class EventStream:
         sub.watch = store.watch(self.execution_id)  # before the reads: no later row is missed
         newest = await store.latest(self.execution_id)
         if newest is None:
-            raise RunNotFound(f"run {self.execution_id!r} has no checkpoints in this store")
+            raise not_in_store(self.execution_id)
         self._store = store
         start = self._since if self._since is not None else newest.seq + 1
         self._end_at = newest.seq

@@ -36,7 +36,6 @@ from stores import (
     PendingInterrupt,
     ReEntry,
     RunExists,
-    RunNotFound,
     SerializationError,
     Store,
     StoreError,
@@ -49,7 +48,7 @@ from stores import (
 from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
-from ._errors import ResumeRequired, RunnerVersionMismatch
+from ._errors import ResumeRequired, RunnerVersionMismatch, not_in_store, nothing_to_claim
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step, Waiting
 from ._output import OUTPUT_TYPE
 from ._result import RunResult, resting_result
@@ -249,10 +248,7 @@ class Level:
         self.rows.carry_on(entry.newest)
         if resume is not None:
             if step.step_type != HITL_PAUSE or step.status != INTERRUPTED:
-                raise AlreadyResumed(
-                    f"run {self.execution_id!r} has no pending interrupt to claim: its newest step is "
-                    f"{step.node_id!r} ({step.step_type})"
-                )
+                raise nothing_to_claim(self.execution_id, step)
             change = await self._against_code(entry)
             self._check_tool(step)
             await self._prepare(step)
@@ -296,7 +292,7 @@ class Level:
         """How the run stands at its newest row, when a wake found nothing to do."""
         newest = await self.store.latest(self.execution_id)
         if newest is None:
-            raise RunNotFound(f"run {self.execution_id!r} has no checkpoints in this store")
+            raise not_in_store(self.execution_id)
         result = await resting_result(self.store, newest)
         if result is None:
             raise AlreadyResumed(

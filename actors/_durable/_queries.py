@@ -18,9 +18,10 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
-from stores import RESUME, WAKE_AT, PendingInterrupt, RunHead, RunNotFound, Store
+from stores import RESUME, WAKE_AT, PendingInterrupt, RunHead, Store
 
 from ..models import Usage
+from ._errors import not_in_store
 from ._owned import owned
 from ._runlog import usage_of
 from ._versions import VERSION
@@ -159,7 +160,7 @@ async def run_status(store: Store, execution_id: str) -> RunSummary:
     """How the run stands; ``RunNotFound`` when the store has no row of it."""
     heads = await store.heads(execution_id=execution_id, limit=1)
     if not heads:
-        raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+        raise not_in_store(execution_id)
     return (await _summaries(store, heads))[0]
 
 

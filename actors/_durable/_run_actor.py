@@ -21,11 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from stores import HITL_PAUSE, RUN_END, WAIT, AlreadyResumed, OwnershipLost, RunExists, Store, StoreError
+from stores import (
+    HITL_PAUSE,
+    RUN_END,
+    WAIT,
+    AlreadyResumed,
+    OwnershipLost,
+    RunExists,
+    Store,
+    StoreError,
+    TetherError,
+)
 
 from .._core import Actor, ActorContext, ActorStopped, tether_logger
 from ..models import Message
 from ._engine import level_of
+from ._errors import held_elsewhere
 from ._idempotent import after_bodies
 from ._level import Level, Next
 from ._messages import (
@@ -378,7 +389,7 @@ class RunActor(Actor):
         engine: Level,
         first: Callable[[], Awaitable[Next | None]],
         *,
-        refuse: type[Exception],
+        refuse: type[TetherError],
         new: bool = False,
         taken: bool = False,
     ) -> RunResult:
@@ -396,7 +407,7 @@ class RunActor(Actor):
         engine: Level,
         first: Callable[[], Awaitable[Next | None]],
         *,
-        refuse: type[Exception],
+        refuse: type[TetherError],
         new: bool = False,
         taken: bool = False,
     ) -> RunResult:
@@ -437,7 +448,7 @@ class RunActor(Actor):
             if self._active:
                 await self._unlock()
 
-    async def _take_lock(self, *, refuse: type[Exception], new: bool) -> None:
+    async def _take_lock(self, *, refuse: type[TetherError], new: bool) -> None:
         """Take the run's ownership lock, or raise ``refuse``. A ``new`` run's take is written with
         its first row where the store can (one transaction less)."""
         take = self.store.try_lock
@@ -445,7 +456,7 @@ class RunActor(Actor):
         if found is not None:
             take = found.try_lock_with_first_row
         if not await take(self.execution_id):
-            raise refuse(f"run {self.execution_id!r} is owned by another live process or actor")
+            raise held_elsewhere(self.execution_id, refuse)
 
     async def _unlock(self) -> None:
         """Release the run's ownership lock, shielded and bounded (no longer active once done)."""

@@ -31,7 +31,7 @@ from stores import (
 
 from ..models import Message, ModelReply
 from ._agent import Agent
-from ._errors import RunnerNotFound, RunnerVersionMismatch
+from ._errors import RunnerNotFound, RunnerVersionMismatch, not_in_store
 from ._follow import EventHub, EventStream
 from ._messages import (
     Cancel,
@@ -260,7 +260,7 @@ class Runs:
         store = await self._store()
         newest = await store.latest(execution_id)
         if newest is None:
-            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+            raise not_in_store(execution_id)
         runner = self._runner(newest.runner, execution_id, version_of(newest))
         reply = await self._deliver(store, runner, execution_id, Wake())
         return RunRef(self, execution_id, reply, start=newest.seq + 1)
@@ -287,7 +287,7 @@ class Runs:
         store = await self._store()
         newest = await store.latest(execution_id)
         if newest is None:
-            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+            raise not_in_store(execution_id)
         live = self._live.get(execution_id)
         if isinstance(run_message, Cancel) and live is None:
             runner = self._runner_or_stand_in(newest)  # a cancel needs no runner
@@ -335,7 +335,7 @@ class Runs:
         """Every row of the run in ``seq`` order; ``RunNotFound`` for an unknown run."""
         rows = await (await self._store()).history(execution_id)
         if not rows:
-            raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+            raise not_in_store(execution_id)
         return rows
 
     async def pending(
@@ -374,7 +374,7 @@ class Runs:
                 store = await self._store()
                 newest = await store.latest(execution_id)
                 if newest is None:
-                    raise RunNotFound(f"run {execution_id!r} has no checkpoints in this store")
+                    raise not_in_store(execution_id)
                 result = await resting_result(store, newest)
                 if result is not None:
                     return result

@@ -63,7 +63,7 @@ from ..models import Message
 from ..models._types import Transcript
 from ._admission import admit
 from ._agent import Agent
-from ._errors import RunnerNotFound
+from ._errors import RunnerNotFound, held_elsewhere, nothing_to_claim
 from ._messages import Recover, Resume
 from ._owned import owned
 from ._runlog import RunLog, StepLog
@@ -193,12 +193,9 @@ class FleetWorker:
         entry = await store.reentry(execution_id)
         step = entry.step
         if step.step_type != HITL_PAUSE or step.status != INTERRUPTED or entry.newest.step_type == RESUME:
-            raise AlreadyResumed(
-                f"run {execution_id!r} has no pending interrupt to claim: its newest step is "
-                f"{step.node_id!r} ({step.step_type})"
-            )
+            raise nothing_to_claim(execution_id, step)
         if not await store.try_lock(execution_id):
-            raise AlreadyResumed(f"run {execution_id!r} is owned by another live process or actor")
+            raise held_elsewhere(execution_id, AlreadyResumed)
         try:
             rows = RunLog(
                 store,

@@ -9,7 +9,6 @@ re-opened by a later wait when it was lost; while it is down, watches fall back 
 from __future__ import annotations
 
 import functools
-import logging
 import weakref
 from typing import Final
 
@@ -17,13 +16,13 @@ import anyio
 import asyncpg
 
 from .._errors import StoreUnavailable
+from .._log import LOGGER
 from .._watch import RowWatch
 from ._bridge import Bridge
 from ._connection import CONNECT_ERRORS, unavailable
 
 __all__ = ["RowNotices"]
 
-_LOG = logging.getLogger("tether")
 #: A watch's poll while the listener is up: a safety net only, notices do the waking.
 _LISTENING_POLL: Final = 2.0
 _CLOSE_TIMEOUT: Final = 5.0
@@ -102,7 +101,7 @@ class RowNotices:
                     await conn.add_listener(self._channel, self._on_notice)
             except (*CONNECT_ERRORS, TimeoutError) as exc:
                 error: StoreUnavailable = unavailable(self._dsn, exc)
-                _LOG.warning("cannot listen for new rows (readers poll instead): %s", error)
+                LOGGER.warning("cannot listen for new rows (readers poll instead): %s", error)
                 self._retry_at = anyio.current_time() + _RETRY_AFTER
                 return
             conn.add_termination_listener(self._on_lost)

@@ -20,8 +20,8 @@ import anyio
 import asyncpg
 
 from .._base import StoreState
-from .._errors import store_closed
-from .._owners import Ownership, taken
+from .._errors import owned_elsewhere, store_closed
+from .._owners import Ownership
 from .._queues import Admission, Queue, Work, stricter
 from ._bridge import Bridge
 from ._connection import connect_lock_connection
@@ -80,10 +80,10 @@ class LockOwners:
                 if not take_last and not await conn.fetchval(
                     self._owner_sql["take"], execution_id, take, key
                 ):
-                    raise taken(execution_id)
+                    raise owned_elsewhere(execution_id)
                 value = await write(conn)
                 if take_last and not await conn.fetchval(self._owner_sql["take"], execution_id, take, key):
-                    raise taken(execution_id)
+                    raise owned_elsewhere(execution_id)
                 return value
 
     @property

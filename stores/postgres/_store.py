@@ -33,6 +33,7 @@ from .._errors import (
     invalid_schema,
     no_checkpoints,
     no_pause,
+    owned_elsewhere,
     reserved_schema,
     run_exists,
 )
@@ -40,7 +41,6 @@ from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import LLM_CALL, RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
-from .._owners import taken
 from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
@@ -256,7 +256,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
                     )
                     assert rec is not None
                     if not rec["took"]:
-                        raise taken(row.execution_id)
+                        raise owned_elsewhere(row.execution_id)
                     return bool(rec["written"])
                 return bool(
                     await (

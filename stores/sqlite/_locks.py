@@ -27,10 +27,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .._errors import StoreUnavailable
+from .._errors import StoreUnavailable, owned_elsewhere
 from .._loop import Loop, running_loop
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
-from .._owners import Op, Ownership, taken
+from .._owners import Op, Ownership
 
 __all__ = [
     "TAKE_SQL",
@@ -227,7 +227,7 @@ def ride(op: Op, execution_id: str, take: str | None, release: str | None, lock:
 
     def run(conn: sqlite3.Connection) -> Any:
         if take is not None and not take_row(conn, execution_id, take, lock):
-            raise taken(execution_id)
+            raise owned_elsewhere(execution_id)
         value = op(conn)
         if release is not None:
             rest_row(conn, execution_id, release)

@@ -80,7 +80,7 @@ class Supervisor:
     @property
     def label(self) -> str:
         """This runner's ``agent_path`` as a root: ``supervisor:<name>``."""
-        return f"supervisor:{self.name}"
+        return child_path(None, self.kind, self.name)
 
     def first_messages(self, task: str) -> list[Message]:
         return self.manager.first_messages(task)

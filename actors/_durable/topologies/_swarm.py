@@ -124,7 +124,7 @@ class Swarm:
     @property
     def label(self) -> str:
         """This runner's ``agent_path`` as a root: ``swarm:<name>``."""
-        return f"swarm:{self.name}"
+        return child_path(None, self.kind, self.name)
 
     def first_messages(self, task: str) -> list[Message]:
         return [Message("user", task)]
