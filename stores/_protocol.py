@@ -236,11 +236,45 @@ class ReplicatedStore(Protocol):
         rows: Sequence[Checkpoint],
         cache: Sequence[CacheEntry],
         pending: PendingInterrupt | None,
+        signals: Sequence[StoredSignal] = (),
     ) -> int:
         """Import a run restored from the plane in ONE transaction: its rows and cache entries (as
-        synced) and its pending row. ``RunExists`` if the store has a row of the run (a restore never
+        synced), its pending row, and ``signals``, the unconsumed entries of its inbox (as synced,
+        in order, each keeping its ``signal_id``; ``consumed_seq`` is not imported). When its newest
+        row is a tool's ``wait``, the run is recorded as resting there (due at once if a signal it
+        waits for came with it, else at its deadline), so a worker wakes it as it would have been
+        woken where it was. ``RunExists`` if the store has a row of the run (a restore never
         overwrites); returns the rows imported."""
 
+    async def fetch_unsynced_signals(self, limit: int) -> list[StoredSignal]:
+        """Inbox entries whose state (sent; consumed by a row) the plane has not accepted, oldest
+        first. A row that consumes an entry puts it back here in its own transaction."""
+
+    async def mark_signals_synced(self, entries: Sequence[StoredSignal]) -> None:
+        """Mark inbox entries shipped, each only if its state is still the one shipped (an entry
+        consumed meanwhile stays to send); idempotent; an empty request is a no-op."""
+
+    async def mark_signals_quarantined(self, refused: Sequence[tuple[StoredSignal, str]]) -> None:
+        """Mark poison inbox entries with their reason, each only if its state is still the one
+        refused: not sent again unless that state changes (a consumption is sent)."""
+
+    async def signal_sync_state(self, signal_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of an inbox entry, or ``None`` if there is no such entry."""
+
+    async def signal_entries(self, execution_id: str) -> list[StoredSignal]:
+        """Every inbox entry of the run, consumed or not, oldest first (the plane's read)."""
+
+    async def copy_signals(self, entries: Sequence[StoredSignal]) -> dict[str, str]:
+        """Store copies of inbox entries held elsewhere (the plane's side), merged by ``signal_id``
+        in one transaction (:func:`stores._signals.merge_copy`): a new one stored as it is (for any
+        run, with rows here or not), a known one's consumption recorded. Returns the refused ones,
+        ``{signal_id: reason}``: malformed, or contradicting the entry held; the rest are stored."""
+
+    async def append_copy(self, row: Checkpoint) -> None:
+        """Append a row written in another store (the plane's side: it never runs a step): as
+        :meth:`Store.append`, with its refusals and its messages stored once, but nothing of what
+        the row did to its own store's inbox is done again here (the signals it consumed arrive
+        as entries of their own: :meth:`copy_signals`), and no ownership is taken."""
 
 @runtime_checkable
 class OwnedStore(Store, Protocol):

@@ -26,9 +26,10 @@ import asyncpg
 
 from .._base import Plan
 from .._codec import MessageLogs
-from .._errors import StoreUnavailable
-from .._model import RUN_END, SIGNAL, WAKE, Checkpoint
+from .._errors import RunExists, StoreUnavailable
+from .._model import LLM_CALL, RUN_END, SIGNAL, WAKE, Checkpoint
 from .._owners import Ownership
+from .._signals import SignalsWaiting
 from ._inbox import consumes_of
 from ._locks import owner_key
 from ._rows import args, usable
@@ -172,6 +173,21 @@ class GroupAppends:
             done = True
         finally:
             self._own.rode(eid, take, release, done=done)
+
+    async def append_copy(self, row: Checkpoint) -> None:
+        """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`), with no
+        ownership. A row that touched its own store's inbox (rare) is written by a statement that
+        does not touch this one's; any other goes through group commit like an append, and so does
+        a model turn's row, unless ``"message"`` copies wait unconsumed here (then that statement)."""
+        if consumes_of(row) is None and row.step_type not in (SIGNAL, WAKE):
+            try:
+                return await self._append(row, _NO_OWNERSHIP)
+            except SignalsWaiting:
+                pass
+            except RunExists:  # a first turn refused for such copies reads as a taken run
+                if row.step_type != LLM_CALL:
+                    raise
+        await self._write_planned("append_copy", row, None, ())
 
     def _first_plan(self, row: Checkpoint) -> Plan:
         """The row's plan (validating it); a refused row leaves no memory of its log."""

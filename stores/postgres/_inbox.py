@@ -13,12 +13,12 @@ import asyncpg
 
 from .._base import Plan
 from .._errors import check_execution_id, signals_taken
-from .._model import Checkpoint, utcnow
+from .._model import Checkpoint, new_id, utcnow
 from .._owners import Ownership
 from .._signals import CONSUMES, StoredSignal, check_signal, payload_of, refuse_signal
 from ._connection import advisory_key
 
-__all__ = ["Inbox"]
+__all__ = ["Inbox", "consumed_elsewhere", "consumes_of", "entry_of"]
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ class Inbox:
         with self._lost():
             async with pool.acquire() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock($1)", self._wait_key(execution_id))
-                rec = await conn.fetchrow(self._sql["signal"], execution_id, name, body, utcnow())
+                rec = await conn.fetchrow(self._sql["signal"], execution_id, name, body, utcnow(), new_id())
         assert rec is not None
         refuse_signal(execution_id, None if rec["step_type"] is None else (rec["step_type"], rec["status"]))
         return int(rec["id"])
@@ -81,17 +81,7 @@ class Inbox:
                 recs = await pool.fetch(self._sql["signals_open"], execution_id, name)
             else:
                 recs = await pool.fetch(self._sql["signals_by"], execution_id, name, consumed_by)
-        return [
-            StoredSignal(
-                id=rec[0],
-                execution_id=execution_id,
-                name=rec[1],
-                payload=payload_of(rec[2]),
-                created_at=rec[3],
-                consumed_seq=rec[4],
-            )
-            for rec in recs
-        ]
+        return [entry_of(rec) for rec in recs]
 
     def _wait_key(self, execution_id: str) -> int:
         """The transaction lock that orders a run's signals and its ``wait`` rows."""
@@ -146,6 +136,19 @@ class Inbox:
         pool = await self._ready()
         with self._lost():
             return bool(await pool.fetchval(self._sql["signals_waiting"], execution_id))
+
+
+def entry_of(rec: Any) -> StoredSignal:
+    """The :class:`~stores.StoredSignal` of a record of ``SIGNAL_COLUMNS``."""
+    return StoredSignal(
+        id=rec[0],
+        execution_id=rec[1],
+        name=rec[2],
+        payload=payload_of(rec[3]),
+        created_at=rec[4],
+        consumed_seq=rec[5],
+        signal_id=rec[6],
+    )
 
 
 def consumes_of(row: Checkpoint) -> list[int] | None:

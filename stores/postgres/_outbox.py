@@ -1,6 +1,8 @@
 """The PostgreSQL outbox: what the replicator reads and marks (:class:`~stores.ReplicatedStore`).
 
-Unsynced rows are found through a partial index (``WHERE NOT synced``); marking is one statement.
+Unsynced rows, cache entries and inbox entries are found through partial indexes (``WHERE NOT
+synced``); marking is one statement. Also the plane's side: a run's cache and inbox entries, and
+copies of inbox entries held elsewhere; and a restored run's import, in one transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from .._base import Plan
 from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
-from .._model import CacheEntry, Checkpoint, PendingInterrupt
+from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
+from .._signals import StoredSignal, check_copies, check_copy, merge_copies, restored_wait
+from ._inbox import entry_of
 from ._rows import args, conflict, decode_many
 
 __all__ = ["Outbox"]
@@ -148,11 +152,14 @@ class Outbox:
         rows: Sequence[Checkpoint],
         cache: Sequence[CacheEntry],
         pending: PendingInterrupt | None,
+        signals: Sequence[StoredSignal] = (),
     ) -> int:
         """Import a restored run in one transaction (see :meth:`ReplicatedStore.import_run`)."""
         ordered = sorted(rows, key=lambda r: r.seq)
         values = [encode_cache_value(execution_id, e.key, e.value) for e in cache]
         context = encode_pending(pending) if pending is not None else None
+        bodies = [check_copy(e, execution_id) for e in signals]
+        rest = restored_wait(ordered[-1] if ordered else None, (e.name for e in signals), utcnow())
         pool = await self._ready()
         self._logs.forget(execution_id)
         try:
@@ -185,6 +192,90 @@ class Outbox:
                             pending.created_at,
                             pending.expires_at,
                         )
+                    if signals:
+                        await conn.execute(
+                            self._sql["import_signals"],
+                            execution_id,
+                            [e.name for e in signals],
+                            bodies,
+                            [e.created_at for e in signals],
+                            [e.signal_id for e in signals],
+                        )
+                    if rest is not None:
+                        await conn.execute(self._sql["import_wait"], execution_id, ordered[-1].seq, *rest)
             return len(plans)
         finally:
             self._logs.forget(execution_id)
+
+    # -- the inbox entries' outbox -----------------------------------------------------------------
+
+    async def fetch_unsynced_signals(self, limit: int) -> list[StoredSignal]:
+        """Inbox entries whose state the plane has not accepted, oldest first (one round trip)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["unsynced_signals"], limit)
+        return [entry_of(rec) for rec in recs]
+
+    async def mark_signals_synced(self, entries: Sequence[StoredSignal]) -> None:
+        """Mark inbox entries shipped, each if its state is still the one shipped."""
+        await self._mark_signals([(e, None) for e in entries])
+
+    async def mark_signals_quarantined(self, refused: Sequence[tuple[StoredSignal, str]]) -> None:
+        """Mark poison inbox entries with their reason, each if its state is still the one refused."""
+        await self._mark_signals(refused)
+
+    async def _mark_signals(self, marks: Sequence[tuple[StoredSignal, str | None]]) -> None:
+        if not marks:
+            return
+        pool = await self._ready()
+        with self._lost():
+            await pool.execute(
+                self._sql["mark_signals"],
+                [e.signal_id for e, _ in marks],
+                [e.consumed_seq for e, _ in marks],
+                [reason for _, reason in marks],
+            )
+
+    async def signal_sync_state(self, signal_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of an inbox entry, or ``None``."""
+        pool = await self._ready()
+        with self._lost():
+            rec = await pool.fetchrow(self._sql["signal_sync_state"], signal_id)
+        return None if rec is None else (rec["synced"], rec["sync_error"])
+
+    async def signal_entries(self, execution_id: str) -> list[StoredSignal]:
+        """Every inbox entry of the run, consumed or not, oldest first (one round trip)."""
+        pool = await self._ready()
+        with self._lost():
+            recs = await pool.fetch(self._sql["signal_entries"], execution_id)
+        return [entry_of(rec) for rec in recs]
+
+    async def copy_signals(self, entries: Sequence[StoredSignal]) -> dict[str, str]:
+        """Store copies of inbox entries held elsewhere, merged by ``signal_id`` (see
+        :meth:`ReplicatedStore.copy_signals`): the held ones are locked, then the new ones inserted
+        and the consumptions recorded, in one transaction."""
+        checked, refused = check_copies(entries)
+        if not checked:
+            return refused
+        pool = await self._ready()
+        with self._lost():
+            async with pool.acquire() as conn, conn.transaction():
+                recs = await conn.fetch(self._sql["held_signals"], list({e.signal_id for e, _ in checked}))
+                fresh, consumed, contradicting = merge_copies({r[6]: entry_of(r) for r in recs}, checked)
+                if fresh:
+                    await conn.execute(
+                        self._sql["copy_signals"],
+                        [e.execution_id for e, _ in fresh],
+                        [e.name for e, _ in fresh],
+                        [body for _, body in fresh],
+                        [e.created_at for e, _ in fresh],
+                        [e.consumed_seq for e, _ in fresh],
+                        [e.signal_id for e, _ in fresh],
+                    )
+                if consumed:
+                    await conn.execute(
+                        self._sql["consume_copies"],
+                        [e.signal_id for e in consumed],
+                        [e.consumed_seq for e in consumed],
+                    )
+        return {**refused, **contradicting}

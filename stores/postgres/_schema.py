@@ -16,7 +16,7 @@ from ._queue_sql import TAKE_FUNCTION
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 
 # Versioned, additive migrations: (version, DDL with {s} = the quoted schema). Never edit a shipped
 # entry; add a new one.
@@ -206,6 +206,20 @@ CREATE TABLE IF NOT EXISTS {s}.schedules (
     last_run text
 );
 CREATE INDEX IF NOT EXISTS schedules_next_idx ON {s}.schedules (next_at);
+""",
+    ),
+    # Inbox entries ride the outbox: each is named by a ``signal_id`` in every store and on the
+    # plane, and keeps its sync state (entries written before are sent once a replicator is
+    # attached). Applies again over itself.
+    (
+        9,
+        """
+ALTER TABLE {s}.signals ADD COLUMN IF NOT EXISTS signal_id text,
+    ADD COLUMN IF NOT EXISTS synced boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS sync_error text;
+UPDATE {s}.signals SET signal_id = md5(random()::text || clock_timestamp()::text || id::text) WHERE signal_id IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS signals_signal_id_idx ON {s}.signals (signal_id);
+CREATE INDEX IF NOT EXISTS signals_unsynced_idx ON {s}.signals (id) WHERE NOT synced;
 """,
     ),
 )

@@ -15,7 +15,7 @@ from typing import Final
 from .._model import BOOKKEEPING_STEPS, LLM_CALL, RUN_END
 from .._signals import MESSAGE
 
-__all__ = ["BATCH_COLUMNS", "COLUMN_COUNT", "HELD_KEYS", "notice_channel", "statements"]
+__all__ = ["BATCH_COLUMNS", "COLUMN_COUNT", "HELD_KEYS", "SIGNAL_COLUMNS", "notice_channel", "statements"]
 
 _COLS: Final = (
     "checkpoint_id, execution_id, seq, runner, node_id, step_index, step_type, status, state_snapshot, "
@@ -50,6 +50,8 @@ _LOG_ONCE: Final = (
     "(PARTITION BY c.execution_id, c.log_id ORDER BY c.seq DESC) = 1 THEN " + _FULL_LOG + " END"
 )
 _PENDING_COLS: Final = "execution_id, reason, context, node_id, agent_path, created_at, expires_at"
+#: The columns of an inbox entry, in the order ``stores.postgres._inbox.entry_of`` reads them.
+SIGNAL_COLUMNS: Final = "id, execution_id, name, payload, created_at, consumed_seq, signal_id"
 # A row or cache entry prune may delete: sent, or the store was never attached to a replicator.
 _SENT: Final = "(synced OR NOT EXISTS (SELECT 1 FROM {s}.replica))"
 # Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
@@ -73,6 +75,18 @@ WITH r AS (
     INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
     WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
       AND {_GUARD} AND {_STEER}
+    RETURNING execution_id, step_type
+),
+p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
+      (SELECT execution_id FROM r WHERE step_type = '{RUN_END}'))
+SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
+    # "append" for a row written in another store (the plane's side): no steering guard; nothing
+    # of what the row did to its own store's inbox is done again (see ``append_copy``).
+    "append_copy": f"""
+WITH r AS (
+    INSERT INTO {{s}}.checkpoints ({_COLS}, new_messages) SELECT {_VALUES}
+    WHERE ($3::bigint <> 0 OR NOT EXISTS (SELECT 1 FROM {{s}}.checkpoints e WHERE e.execution_id = $2))
+      AND {_GUARD}
     RETURNING execution_id, step_type
 ),
 p AS (DELETE FROM {{s}}.pending_interrupts WHERE execution_id IN
@@ -146,8 +160,8 @@ WITH f AS (
     SELECT {_GUARD} AND (SELECT count(*) FROM {{s}}.signals w WHERE w.execution_id = $2
         AND w.id = ANY($22::bigint[]) AND w.consumed_seq IS NULL) = cardinality($22::bigint[]) AS fits
 ), u AS (
-    UPDATE {{s}}.signals SET consumed_seq = $3 WHERE execution_id = $2 AND id = ANY($22::bigint[])
-        AND consumed_seq IS NULL AND (SELECT fits FROM f)
+    UPDATE {{s}}.signals SET consumed_seq = $3, synced = false WHERE execution_id = $2
+        AND id = ANY($22::bigint[]) AND consumed_seq IS NULL AND (SELECT fits FROM f)
 ), k AS (
     DELETE FROM {{s}}.run_waits WHERE execution_id = $2 AND seq < $3 AND $7::text <> '{LLM_CALL}'
         AND (SELECT fits FROM f)
@@ -160,8 +174,8 @@ SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
 WITH h AS (
     SELECT step_type, status FROM {{s}}.checkpoints WHERE execution_id = $1 ORDER BY seq DESC LIMIT 1
 ), i AS (
-    INSERT INTO {{s}}.signals (execution_id, name, payload, created_at)
-    SELECT $1, $2, $3, $4 FROM h WHERE NOT (h.step_type = '{RUN_END}' AND h.status = 'completed')
+    INSERT INTO {{s}}.signals (execution_id, name, payload, created_at, signal_id)
+    SELECT $1, $2, $3, $4, $5 FROM h WHERE NOT (h.step_type = '{RUN_END}' AND h.status = 'completed')
     RETURNING id
 ), k AS (
     UPDATE {{s}}.run_waits SET wake_at = $4 WHERE execution_id = $1 AND name = $2
@@ -171,11 +185,33 @@ SELECT h.step_type, h.status, (SELECT id FROM i) AS id,
        (SELECT count(*) FROM (SELECT pg_notify('{{n}}', left($1, 1000)) FROM i) n) AS noticed
 FROM (SELECT 1) AS one LEFT JOIN h ON true""",
     # A run's unconsumed signals, oldest first ($2: of that name only; NULL: all).
-    "signals_open": "SELECT id, name, payload, created_at, consumed_seq FROM {s}.signals "
+    "signals_open": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals "
     "WHERE execution_id = $1 AND consumed_seq IS NULL AND ($2::text IS NULL OR name = $2) ORDER BY id",
     # The signals the row at seq $3 consumed ($2 as above).
-    "signals_by": "SELECT id, name, payload, created_at, consumed_seq FROM {s}.signals "
+    "signals_by": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals "
     "WHERE execution_id = $1 AND consumed_seq = $3 AND ($2::text IS NULL OR name = $2) ORDER BY id",
+    # The inbox entries' outbox: unsynced entries by a partial index; a mark is a compare-and-set
+    # on the state sent ($2: its consumed_seq), so a consumption committed meanwhile stays to send.
+    "unsynced_signals": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals WHERE NOT synced ORDER BY id LIMIT $1",
+    "mark_signals": "UPDATE {s}.signals g SET synced = true, sync_error = u.reason "
+    "FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(i, c, reason) "
+    "WHERE g.signal_id = u.i AND g.consumed_seq IS NOT DISTINCT FROM u.c",
+    "signal_sync_state": "SELECT synced, sync_error FROM {s}.signals WHERE signal_id = $1",
+    "signal_entries": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals WHERE execution_id = $1 ORDER BY id",
+    # Copies of entries held elsewhere (the plane's side): the held ones, locked for the merge.
+    "held_signals": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals WHERE signal_id = ANY($1::text[]) FOR UPDATE",
+    "copy_signals": "INSERT INTO {s}.signals (execution_id, name, payload, created_at, consumed_seq, signal_id) "
+    "SELECT e, n, p, t, c, i FROM unnest($1::text[], $2::text[], $3::json[], $4::timestamptz[], "
+    "$5::bigint[], $6::text[]) WITH ORDINALITY AS u(e, n, p, t, c, i, o) ORDER BY o "
+    "ON CONFLICT (signal_id) DO NOTHING",
+    "consume_copies": "UPDATE {s}.signals g SET consumed_seq = u.c, synced = false "
+    "FROM unnest($1::text[], $2::bigint[]) AS u(i, c) WHERE g.signal_id = u.i AND g.consumed_seq IS NULL",
+    # A restored run's unconsumed signals (as synced, in order) and the wait it rests at.
+    "import_signals": "INSERT INTO {s}.signals (execution_id, name, payload, created_at, signal_id, synced) "
+    "SELECT $1, n, p, t, i, true FROM unnest($2::text[], $3::json[], $4::timestamptz[], $5::text[]) "
+    "WITH ORDINALITY AS u(n, p, t, i, o) ORDER BY o ON CONFLICT (signal_id) DO NOTHING",
+    "import_wait": "INSERT INTO {s}.run_waits (execution_id, seq, name, wake_at) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (execution_id) DO UPDATE SET seq = excluded.seq, name = excluded.name, wake_at = excluded.wake_at",
     # A tool rests: its wait row, the run's run_waits row ($22 the signal's name, NULL for a sleep;
     # $23 its deadline, or now, $25, when its signal is there already) and, with $24, the owner
     # whose run_owners row goes with it (the run rests).

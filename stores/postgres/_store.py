@@ -228,7 +228,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
                 unconsumed = {found.id for found in await self.signals(eid)}
                 if not unconsumed.issuperset(extra[0]):
                     raise consumed_elsewhere(row)
-            elif row.step_type == LLM_CALL and await self._steering_waits(eid):
+            elif row.step_type == LLM_CALL and kind != "append_copy" and await self._steering_waits(eid):
                 raise SignalsWaiting(eid)
             raise LogMoved
 

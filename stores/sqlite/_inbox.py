@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .._base import Plan
 from .._errors import check_execution_id, signals_taken
-from .._model import LLM_CALL, Checkpoint, utcnow
+from .._model import LLM_CALL, Checkpoint, new_id, utcnow
 from .._owners import Op
 from .._signals import (
     MESSAGE,
@@ -24,7 +24,7 @@ from .._signals import (
 )
 from ._rows import dt, ts
 
-__all__ = ["INBOX_STEPS", "Inbox", "inbox_guard"]
+__all__ = ["INBOX_STEPS", "SIGNAL_COLUMNS", "Inbox", "entry_of", "inbox_guard"]
 
 T = TypeVar("T")
 
@@ -41,8 +41,8 @@ def inbox_guard(conn: sqlite3.Connection, eid: str, seq: int, step_type: str, no
         conn.execute("DELETE FROM run_waits WHERE execution_id = ? AND seq < ?", (eid, seq))
     if consumes:
         marks = ", ".join("?" * len(consumes))
-        done = conn.execute(
-            f"UPDATE signals SET consumed_seq = ? WHERE execution_id = ? AND consumed_seq IS NULL "
+        done = conn.execute(  # the consumption is the entry's new state: to send (synced = 0)
+            f"UPDATE signals SET consumed_seq = ?, synced = 0 WHERE execution_id = ? AND consumed_seq IS NULL "
             f"AND id IN ({marks})",
             (seq, eid, *consumes),
         ).rowcount
@@ -56,6 +56,23 @@ def inbox_guard(conn: sqlite3.Connection, eid: str, seq: int, step_type: str, no
         ).fetchone()
     ):
         raise SignalsWaiting(eid)
+
+
+#: The columns of an inbox entry, in the order :func:`entry_of` reads them.
+SIGNAL_COLUMNS: Final = "id, execution_id, name, payload, created_at, consumed_seq, signal_id"
+
+
+def entry_of(found: tuple[Any, ...]) -> StoredSignal:
+    """The :class:`~stores.StoredSignal` of a row of ``SIGNAL_COLUMNS``."""
+    return StoredSignal(
+        id=found[0],
+        execution_id=found[1],
+        name=found[2],
+        payload=payload_of(found[3]),
+        created_at=dt(found[4]),
+        consumed_seq=found[5],
+        signal_id=found[6],
+    )
 
 
 def _inbox_where(execution_id: str, name: str | None, consumed_by: int | None) -> tuple[str, tuple[Any, ...]]:
@@ -78,7 +95,9 @@ class Inbox:
 
         async def _ensure(self) -> None: ...
 
-        def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None: ...
+        def _insert(
+            self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False
+        ) -> None: ...
 
         async def _owning(
             self, execution_id: str, resting: bool, write: Callable[[Callable[[Op], Op]], Awaitable[T]]
@@ -106,8 +125,9 @@ class Inbox:
             ).fetchone()
             refuse_signal(execution_id, None if newest is None else (newest[0], newest[1]))
             found = conn.execute(
-                "INSERT INTO signals (execution_id, name, payload, created_at) VALUES (?, ?, ?, ?) RETURNING id",
-                (execution_id, name, body, now),
+                "INSERT INTO signals (execution_id, name, payload, created_at, signal_id) "
+                "VALUES (?, ?, ?, ?, ?) RETURNING id",
+                (execution_id, name, body, now, new_id()),
             ).fetchone()
             conn.execute(
                 "UPDATE run_waits SET wake_at = ? WHERE execution_id = ? AND name = ? "
@@ -128,17 +148,9 @@ class Inbox:
 
         def run(conn: sqlite3.Connection) -> list[StoredSignal]:
             return [
-                StoredSignal(
-                    id=found[0],
-                    execution_id=execution_id,
-                    name=found[1],
-                    payload=payload_of(found[2]),
-                    created_at=dt(found[3]),
-                    consumed_seq=found[4],
-                )
+                entry_of(found)
                 for found in conn.execute(
-                    f"SELECT id, name, payload, created_at, consumed_seq FROM signals WHERE {where} ORDER BY id",
-                    args,
+                    f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE {where} ORDER BY id", args
                 )
             ]
 

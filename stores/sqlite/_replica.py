@@ -1,12 +1,14 @@
 """The SQLite half of replication: the rows' outbox (unsynced rows, marking them sent or quarantined,
-importing restored rows), the cache entries' outbox, the memory of having been
-attached to a replicator, a run's cache entries (the plane's reads), and importing a restored run
-(rows, cache entries, pending row) in one write transaction."""
+importing restored rows), the cache entries' outbox, the inbox entries' outbox, the memory of having
+been attached to a replicator, a run's cache and inbox entries (the plane's reads), copies of inbox
+entries (the plane's writes), and importing a restored run (rows, cache entries, pending row, its
+unconsumed signals and the wait it rests at) in one write transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from .._base import Plan
@@ -14,6 +16,8 @@ from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
+from .._signals import StoredSignal, check_copies, check_copy, merge_copies, restored_wait
+from ._inbox import SIGNAL_COLUMNS, entry_of
 from ._rows import PENDING_COLUMNS, ROW_COLUMNS, Ctx, dt, raise_outbox_mark, rows_where, ts
 
 __all__ = ["Replica"]
@@ -32,7 +36,7 @@ class Replica:
 
         async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
-    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None:
+    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False) -> None:
         raise NotImplementedError
 
     async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
@@ -201,10 +205,17 @@ class Replica:
         rows: Sequence[Checkpoint],
         cache: Sequence[CacheEntry],
         pending: PendingInterrupt | None,
+        signals: Sequence[StoredSignal] = (),
     ) -> int:
         """Import a restored run in one transaction (see :meth:`ReplicatedStore.import_run`)."""
         ordered = sorted(rows, key=lambda r: r.seq)
         values = [(e.key, encode_cache_value(execution_id, e.key, e.value), ts(e.created_at)) for e in cache]
+        inbox = [
+            (execution_id, e.name, check_copy(e, execution_id), ts(e.created_at), e.signal_id)
+            for e in signals
+        ]
+        rest = restored_wait(ordered[-1] if ordered else None, (e.name for e in signals), utcnow())
+        waits = None if rest is None else (execution_id, ordered[-1].seq, rest[0], _ts_or_none(rest[1]))
         pend = None
         if pending is not None:
             pend = (
@@ -238,8 +249,115 @@ class Replica:
                         f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         pend,
                     )
+                conn.executemany(  # in order: each gets this store's next id
+                    "INSERT INTO signals (execution_id, name, payload, created_at, signal_id, synced) "
+                    "VALUES (?, ?, ?, ?, ?, 1) ON CONFLICT (signal_id) DO NOTHING",
+                    inbox,
+                )
+                if waits is not None:
+                    conn.execute(
+                        "INSERT INTO run_waits (execution_id, seq, name, wake_at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (execution_id) DO UPDATE SET seq = excluded.seq, name = excluded.name, "
+                        "wake_at = excluded.wake_at",
+                        waits,
+                    )
                 return len(plans)
 
             return await self._write(run)
         finally:
             self._logs.forget(execution_id)
+
+    # -- the inbox entries' outbox -----------------------------------------------------------------
+
+    async def fetch_unsynced_signals(self, limit: int) -> list[StoredSignal]:
+        """Inbox entries whose state the plane has not accepted, oldest first (a partial index)."""
+        return await self._read(
+            lambda conn: [
+                entry_of(found)
+                for found in conn.execute(
+                    f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE synced = 0 ORDER BY id LIMIT ?", (limit,)
+                )
+            ]
+        )
+
+    async def mark_signals_synced(self, entries: Sequence[StoredSignal]) -> None:
+        """Mark inbox entries shipped, each if its state is still the one shipped."""
+        if entries:
+            await self._mark_signals([(None, e.signal_id, e.consumed_seq) for e in entries])
+
+    async def mark_signals_quarantined(self, refused: Sequence[tuple[StoredSignal, str]]) -> None:
+        """Mark poison inbox entries with their reason, each if its state is still the one refused."""
+        if refused:
+            await self._mark_signals([(reason, e.signal_id, e.consumed_seq) for e, reason in refused])
+
+    async def _mark_signals(self, params: Sequence[tuple[str | None, str, int | None]]) -> None:
+        """Mark entries sent (``sync_error`` the reason, or ``NULL``): a compare-and-set on the
+        state sent, so a consumption committed meanwhile stays to send."""
+        await self._write(
+            lambda conn: conn.executemany(
+                "UPDATE signals SET synced = 1, sync_error = ? WHERE signal_id = ? AND consumed_seq IS ?",
+                params,
+            )
+        )
+
+    async def signal_sync_state(self, signal_id: str) -> tuple[bool, str | None] | None:
+        """``(synced, sync_error)`` of an inbox entry, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> tuple[bool, str | None] | None:
+            found = conn.execute(
+                "SELECT synced, sync_error FROM signals WHERE signal_id = ?", (signal_id,)
+            ).fetchone()
+            return None if found is None else (bool(found[0]), found[1])
+
+        return await self._read(run)
+
+    async def signal_entries(self, execution_id: str) -> list[StoredSignal]:
+        """Every inbox entry of the run, consumed or not, oldest first."""
+        return await self._read(
+            lambda conn: [
+                entry_of(found)
+                for found in conn.execute(
+                    f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE execution_id = ? ORDER BY id",
+                    (execution_id,),
+                )
+            ]
+        )
+
+    async def copy_signals(self, entries: Sequence[StoredSignal]) -> dict[str, str]:
+        """Store copies of inbox entries held elsewhere, merged by ``signal_id`` (see
+        :meth:`ReplicatedStore.copy_signals`), in one write transaction."""
+        checked, refused = check_copies(entries)
+        if not checked:
+            return refused
+        ids = list({e.signal_id for e, _ in checked})
+
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            held: dict[str, StoredSignal] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                cursor = conn.execute(
+                    f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
+                held.update((found[6], entry_of(found)) for found in cursor)
+            fresh, consumed, contradicting = merge_copies(held, checked)
+            conn.executemany(
+                "INSERT INTO signals (execution_id, name, payload, created_at, consumed_seq, signal_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (e.execution_id, e.name, body, ts(e.created_at), e.consumed_seq, e.signal_id)
+                    for e, body in fresh
+                ],
+            )
+            conn.executemany(
+                "UPDATE signals SET consumed_seq = ?, synced = 0 WHERE signal_id = ?",
+                [(e.consumed_seq, e.signal_id) for e in consumed],
+            )
+            return contradicting
+
+        refused.update(await self._write(run))
+        return refused
+
+
+def _ts_or_none(value: datetime | None) -> str | None:
+    return None if value is None else ts(value)

@@ -16,7 +16,7 @@ from ._rows import rechunk_rows
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 #: The newest schema version this code writes; a database at a higher version is refused.
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 
 
 def _chunks_onto_rows(conn: sqlite3.Connection) -> None:
@@ -45,6 +45,23 @@ def _cache_outbox(conn: sqlite3.Connection) -> None:
         "CREATE INDEX IF NOT EXISTS idempotency_cache_unsynced ON idempotency_cache (created_at) WHERE synced = 0"
     )
     conn.execute("CREATE TABLE IF NOT EXISTS replica (attached_at TEXT NOT NULL)")
+
+
+def _inbox_outbox(conn: sqlite3.Connection) -> None:
+    """Schema 10: inbox entries ride the outbox: each is named by a ``signal_id`` in every store
+    and on the plane, and keeps its sync state (entries written before are sent once a replicator
+    is attached). Applies again over itself (its columns are added only when missing)."""
+    held = {found[1] for found in conn.execute("PRAGMA table_info(signals)")}
+    for column, kind in (
+        ("signal_id", "TEXT"),
+        ("synced", "INTEGER NOT NULL DEFAULT 0"),
+        ("sync_error", "TEXT"),
+    ):
+        if column not in held:
+            conn.execute(f"ALTER TABLE signals ADD COLUMN {column} {kind}")
+    conn.execute("UPDATE signals SET signal_id = lower(hex(randomblob(16))) WHERE signal_id IS NULL")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS signals_signal_id ON signals (signal_id)")
+    conn.execute("CREATE INDEX IF NOT EXISTS signals_unsynced ON signals (id) WHERE synced = 0")
 
 
 #: Versioned migrations: SQL statements or a function run in the migration transaction.
@@ -160,6 +177,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...] | Callable[[sqlite3.Connection], Non
         "CREATE TABLE IF NOT EXISTS schedules (name TEXT PRIMARY KEY, runner TEXT NOT NULL, "
         "input BLOB NOT NULL, cron TEXT, every REAL, next_at TEXT NOT NULL, last_run TEXT)",
     ),
+    # Inbox entries ride the outbox (see _inbox_outbox).
+    10: _inbox_outbox,
 }
 
 

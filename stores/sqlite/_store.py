@@ -216,6 +216,12 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
             lambda ride: self._planned(row, lambda plan: self._write(ride(lambda c: self._insert(c, plan)))),
         )
 
+    async def append_copy(self, row: Checkpoint) -> None:
+        """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
+        inbox guard, no ownership."""
+        await self._ensure()
+        await self._planned(row, lambda plan: self._write(lambda c: self._insert(c, plan, copied=True)))
+
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         """Append the interrupted row and the pending row in one transaction."""
         context = encode_pending(pending)
@@ -316,8 +322,9 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
         if found is not None and not self._logs.known(eid, conversation):
             self._logs.remember(eid, conversation, found[0], found[1])
 
-    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0) -> None:
-        """Insert a planned row with the messages it adds (inside the caller's transaction)."""
+    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False) -> None:
+        """Insert a planned row with the messages it adds (inside the caller's transaction). A row
+        imported (``synced``) or copied from another store does nothing to the inbox here."""
         stored, log = plan
         eid = stored.execution_id
         if (
@@ -341,7 +348,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
             blob(node_output), reason, blob(context), path, parent, ts(created),
             None if log is None else blob(log.chunk), synced,
         )  # fmt: skip
-        if stored.step_type in INBOX_STEPS and not synced:  # an import restores rows as they were
+        if stored.step_type in INBOX_STEPS and not synced and not copied:  # else rows as they were
             inbox_guard(conn, eid, seq, stored.step_type, node_input)
         try:
             conn.execute(INSERT_ROW, args)

@@ -2,8 +2,9 @@
 
 A store passes when it behaves like the protocol's docstrings and the rules of docs/durability.md say:
 ordering by ``seq``, the conflicts, pause and claim, re-entry, fork, prune (rule 10), the cache, the
-ownership lock and its lock-free read, the run heads, the outbox (when the store is a :class:`~stores.ReplicatedStore`), messages stored
-once, history pages and watches, the JSON rule, the row size limit and the newer-schema refusal.
+ownership lock and its lock-free read, the run heads, the outbox of rows, cache and inbox entries
+(when the store is a :class:`~stores.ReplicatedStore`), messages stored once, history pages and
+watches, the JSON rule, the row size limit and the newer-schema refusal.
 
 Run it against your store by subclassing :class:`StoreConformance` in a test module::
 
@@ -34,6 +35,7 @@ from ._cache import CacheTests
 from ._factories import make_message, make_pending, make_row, resume_row, run_end_row
 from ._follow import FollowTests
 from ._heads import HeadsTests
+from ._inbox import InboxOutboxTests
 from ._json_rule import JsonRuleTests
 from ._locks import LockTests
 from ._messages import MessageTests
@@ -62,6 +64,7 @@ class StoreConformance(
     LockTests,
     HeadsTests,
     OutboxTests,
+    InboxOutboxTests,
     MessageTests,
     JsonRuleTests,
     FollowTests,

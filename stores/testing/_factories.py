@@ -20,9 +20,11 @@ from .._model import (
     RESUME_KEY,
     RUN_END,
     TOOL_CALL,
+    WAIT,
     Checkpoint,
     PendingInterrupt,
 )
+from .._signals import WAIT_DEADLINE, WAIT_K, WAIT_NAME, WAIT_STEP
 
 __all__ = [
     "BAD_IDS",
@@ -36,6 +38,7 @@ __all__ = [
     "resume_row",
     "run_end_row",
     "tool_row",
+    "wait_row",
 ]
 
 
@@ -154,6 +157,29 @@ def tool_row(execution_id: str, seq: int, turn: int = 0) -> Checkpoint:
         step_index=turn,
         agent_path="agent:a/tool:refund",
         node_input={"amount": 120},
+    )
+
+
+def wait_row(
+    execution_id: str, seq: int, name: str | None, deadline: datetime | None = None, step: int = 1
+) -> Checkpoint:
+    """A tool's ``wait`` row: for the signal ``name`` (``None``: a sleep) until ``deadline``, the
+    first wait of the step at ``step``."""
+    return make_row(
+        execution_id,
+        seq,
+        "turn:0/tool:refund",
+        step_type=WAIT,
+        status=INTERRUPTED,
+        step_index=0,
+        agent_path="agent:a/tool:refund",
+        interrupt_reason="sleep" if name is None else f"signal:{name}",
+        interrupt_context={
+            WAIT_NAME: name,
+            WAIT_K: 0,
+            WAIT_STEP: step,
+            WAIT_DEADLINE: None if deadline is None else deadline.isoformat(),
+        },
     )
 
 

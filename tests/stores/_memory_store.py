@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import msgspec
+from _memory_inbox import MemoryInboxOutbox
 from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
 from stores._base import check_history_range, check_page, intent_key
@@ -39,6 +40,7 @@ from stores._model import (
     Checkpoint,
     PendingInterrupt,
     ReEntry,
+    new_id,
     utcnow,
 )
 from stores._schedules import StoredSchedule
@@ -47,8 +49,10 @@ from stores._signals import (
     MESSAGE,
     SignalsWaiting,
     StoredSignal,
+    check_copy,
     check_signal,
     refuse_signal,
+    restored_wait,
 )
 from stores._watch import RowWatch
 
@@ -74,6 +78,7 @@ class MemoryDatabase:
         self.counter = itertools.count()
         self.signals: list[StoredSignal] = []
         self.signal_ids = itertools.count(1)
+        self.signal_sync: dict[str, tuple[bool, str | None]] = {}  # by signal_id
         self.waits: dict[str, tuple[int, str | None, datetime | None]] = {}
         self.schedules: dict[str, StoredSchedule] = {}
 
@@ -82,7 +87,7 @@ _instances = itertools.count(1)
 T = TypeVar("T")
 
 
-class MemoryStore:
+class MemoryStore(MemoryInboxOutbox):
     """An in-memory :class:`~stores.Store` and :class:`~stores.ReplicatedStore`."""
 
     def __init__(
@@ -150,6 +155,12 @@ class MemoryStore:
         self.db.order[row.checkpoint_id] = next(self.db.counter)
         self.db.sync[row.checkpoint_id] = (synced, None)
 
+    async def append_copy(self, row: Checkpoint) -> None:
+        self._conflict(row)
+        self._insert(self._check(row))  # the inbox untouched, no ownership
+        if row.step_type == RUN_END:
+            self.db.pending.pop(row.execution_id, None)
+
     async def append(self, row: Checkpoint) -> None:
         self._owning(
             row.execution_id,
@@ -180,6 +191,9 @@ class MemoryStore:
                 msgspec.structs.replace(s, consumed_seq=row.seq) if s.id in consumes else s
                 for s in self.db.signals
             ]
+            for s in self.db.signals:
+                if s.id in consumes:
+                    self.db.signal_sync[s.signal_id] = (False, None)  # its new state: to send
         elif row.step_type == LLM_CALL and any(
             s.execution_id == eid and s.name == MESSAGE and s.consumed_seq is None for s in self.db.signals
         ):
@@ -195,8 +209,10 @@ class MemoryStore:
             name=name,
             payload=json_copy(payload, "$.payload"),
             created_at=utcnow(),
+            signal_id=new_id(),
         )
         self.db.signals.append(found)
+        self.db.signal_sync[found.signal_id] = (False, None)
         wait = self.db.waits.get(execution_id)
         if wait is not None and wait[1] == name and (wait[2] is None or wait[2] > found.created_at):
             self.db.waits[execution_id] = (wait[0], name, found.created_at)
@@ -566,6 +582,7 @@ class MemoryStore:
         rows: Sequence[Checkpoint],
         cache: Sequence[CacheEntry],
         pending: PendingInterrupt | None,
+        signals: Sequence[StoredSignal] = (),
     ) -> int:
         if self.db.rows.get(execution_id):
             raise RunExists(f"run {execution_id!r} already has checkpoints")
@@ -573,6 +590,8 @@ class MemoryStore:
         for entry in cache:
             text_field(entry.key, "$.key")
             json_copy(entry.value, "$")
+        for found in signals:
+            check_copy(found, execution_id)
         for row in checked:
             self._conflict(row)
         for row in checked:
@@ -582,6 +601,10 @@ class MemoryStore:
             self.db.cache_sent.add((execution_id, entry.key))
         if pending is not None:
             self.db.pending[execution_id] = pending
+        self._import_signals(signals)
+        rest = restored_wait(checked[-1] if checked else None, (e.name for e in signals), utcnow())
+        if rest is not None:
+            self.db.waits[execution_id] = (checked[-1].seq, *rest)
         return len(checked)
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:

@@ -25,17 +25,20 @@ pytestmark = pytest.mark.anyio
 
 
 def _before_queues(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
-    """The migration chain cut before queues. The tables of the migrations after queues (the inbox,
-    the index of waits, schedules: created if absent, so they apply again) are made too, with the
-    last kept version: this code writes through them."""
+    """The migration chain cut before queues. The tables and columns of the migrations after queues
+    (the inbox, the index of waits, schedules, the inbox entries' outbox: each made only if absent,
+    so they apply again) are made too, with the last kept version: this code writes through them."""
     if backend.name == "sqlite":
         later = [sqlite_schema.MIGRATIONS[v] for v in sorted(sqlite_schema.MIGRATIONS) if v > 7]
         outbox = sqlite_schema.MIGRATIONS[6]
 
         def last(conn: sqlite3.Connection) -> None:
             outbox(conn)  # type: ignore[operator]
-            for statements in later:
-                for statement in statements:  # type: ignore[union-attr]
+            for migration in later:
+                if callable(migration):
+                    migration(conn)
+                    continue
+                for statement in migration:
                     conn.execute(statement)
 
         kept = {v: m for v, m in sqlite_schema.MIGRATIONS.items() if v < 6}
