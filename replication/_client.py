@@ -1,9 +1,10 @@
 """The plane's HTTP client (httpx): one ingest POST, the reads, and how each answer is classified.
 
 Classification: a 2xx that carries the plane's acknowledgment, a JSON body ``{"accepted": N,
-"rejections": [...]}``, is accepted (with per-item ``rejections``); a 2xx without it (an empty body
-from a middlebox, HTML, JSON of another shape) is a transport error, since nothing says the rows
-reached the plane. 400, 409, 413 and 422 refuse the batch on payload grounds; 401, 403, 404, 408
+"rejections": [...]}`` (and ``"signals": M`` when the POST carried inbox entries), is accepted (with
+per-item ``rejections``, naming a ``checkpoint_id`` or a ``signal_id``); a 2xx without it (an empty
+body from a middlebox, HTML, JSON of another shape, a plane that does not take inbox entries) is a
+transport error, since nothing says the rows and entries reached the plane. 400, 409, 413 and 422 refuse the batch on payload grounds; 401, 403, 404, 408
 and 429 are a condition of the connection (rows stay buffered; 429 brings ``Retry-After``); 5xx
 and transport errors are retried later with backoff. Other statuses count as a condition of the
 connection too: nothing about them says a row is at fault.
@@ -45,8 +46,9 @@ class Verdict(enum.Enum):
 
 class Answer(msgspec.Struct, frozen=True):
     """One answer: its verdict (``outcome``), status (``None`` on a transport error), the plane's words,
-    the rows it rejected or refused by name, ``Retry-After`` in seconds, and whether the plane
-    did not answer within the timeout (it may still be working on the batch)."""
+    the rows it rejected or refused by name (and the inbox entries, by ``signal_id``),
+    ``Retry-After`` in seconds, and whether the plane did not answer within the timeout (it may
+    still be working on the batch)."""
 
     outcome: Verdict
     status: int | None
@@ -55,6 +57,7 @@ class Answer(msgspec.Struct, frozen=True):
     resend: frozenset[str] = frozenset()
     retry_after: float | None = None
     timed_out: bool = False
+    signal_rejections: dict[str, str] = {}
 
 
 class PlaneClient:
@@ -84,14 +87,15 @@ class PlaneClient:
         if http is not None:
             await http.aclose()
 
-    async def ingest(self, body: bytes) -> Answer:
-        """POST one ingest body and classify the answer (never raises for HTTP or transport trouble)."""
+    async def ingest(self, body: bytes, *, signals: bool = False) -> Answer:
+        """POST one ingest body (``signals``: it carries inbox entries) and classify the answer
+        (never raises for HTTP or transport trouble)."""
         try:
             response = await self._client().post(INGEST_PATH, content=body)
         except httpx.HTTPError as exc:
             timed_out = isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)  # the plane has it
             return Answer(Verdict.FAILED, None, f"{type(exc).__name__}: {exc}", timed_out=timed_out)
-        return classify(response.status_code, response.content, response.headers)
+        return classify(response.status_code, response.content, response.headers, signals=signals)
 
     async def read(self, path: str) -> Any | None:
         """GET a read endpoint: its JSON, or ``None`` on 404; :class:`PlaneError` otherwise."""
@@ -112,19 +116,19 @@ class PlaneClient:
             raise PlaneError(f"GET {self.url}{path} answered with a body that is not JSON: {exc}") from exc
 
 
-def classify(status: int, content: bytes, headers: Mapping[str, str]) -> Answer:
-    """The :class:`Answer` of an ingest response."""
+def classify(status: int, content: bytes, headers: Mapping[str, str], *, signals: bool = False) -> Answer:
+    """The :class:`Answer` of an ingest response (``signals``: the POST carried inbox entries)."""
     body = _json(content)
     words = _words(body, content)
     if 200 <= status < 300:
-        missing = _unacknowledged(body, content)
+        missing = _unacknowledged(body, content, signals)
         if missing is not None:
             return Answer(Verdict.FAILED, status, missing)
-        named, resend = _rejections(body)
-        return Answer(Verdict.ACCEPTED, status, words, named, resend)
+        named, resend, entries = _rejections(body)
+        return Answer(Verdict.ACCEPTED, status, words, named, resend, signal_rejections=entries)
     if status in _PAYLOAD_REFUSALS:
-        named, _ = _rejections(body)
-        return Answer(Verdict.REFUSED, status, words, named)
+        named, _, entries = _rejections(body)
+        return Answer(Verdict.REFUSED, status, words, named, signal_rejections=entries)
     if status >= 500:
         return Answer(Verdict.FAILED, status, words, retry_after=_retry_after(headers))
     return Answer(Verdict.BLOCKED, status, words, retry_after=_retry_after(headers))
@@ -151,9 +155,10 @@ def _words(body: Any, content: bytes) -> str:
     return content.decode("utf-8", "replace").strip()[:_EXPLANATION_CHARS]
 
 
-def _unacknowledged(body: Any, content: bytes) -> str | None:
-    """Why a 2xx body is not the plane's acknowledgment ``{"accepted": N, "rejections": [...]}``
-    (the rows may not have reached the plane), or ``None`` when it is one."""
+def _unacknowledged(body: Any, content: bytes, signals: bool) -> str | None:
+    """Why a 2xx body is not the plane's acknowledgment ``{"accepted": N, "rejections": [...]}``,
+    with ``"signals": M`` when the POST carried inbox entries (the rows and entries may not have
+    reached the plane), or ``None`` when it is one."""
     what = 'not the plane\'s acknowledgment {"accepted": N, "rejections": [...]}'
     if not content.strip():
         return f"an empty body, {what}"
@@ -166,21 +171,31 @@ def _unacknowledged(body: Any, content: bytes) -> str | None:
         return f'no "accepted" count, {what}'
     if not isinstance(body.get("rejections"), list):
         return f'no "rejections" list, {what}'
+    stored = body.get("signals")
+    if signals and (not isinstance(stored, int) or isinstance(stored, bool) or stored < 0):
+        return 'no "signals" count for the inbox entries it was sent (a plane that does not take them?)'
     return None
 
 
-def _rejections(body: Any) -> tuple[dict[str, str], frozenset[str]]:
-    """``{checkpoint_id: reason}`` of a body's ``rejections``, and the ids it asks to send whole."""
+def _rejections(body: Any) -> tuple[dict[str, str], frozenset[str], dict[str, str]]:
+    """``{checkpoint_id: reason}`` of a body's ``rejections``, the ids it asks to send whole, and
+    ``{signal_id: reason}`` of the inbox entries it names."""
     found = body.get("rejections") if isinstance(body, dict) else None
     named: dict[str, str] = {}
     resend: set[str] = set()
+    entries: dict[str, str] = {}
     for entry in found if isinstance(found, list) else ():
-        if isinstance(entry, dict) and isinstance(entry.get("checkpoint_id"), str):
+        if not isinstance(entry, dict):
+            continue
+        reason = str(entry.get("reason", "rejected"))[:_EXPLANATION_CHARS]
+        if isinstance(entry.get("checkpoint_id"), str):
             if entry.get("resend") is True:
                 resend.add(entry["checkpoint_id"])
             else:
-                named[entry["checkpoint_id"]] = str(entry.get("reason", "rejected"))[:_EXPLANATION_CHARS]
-    return named, frozenset(resend)
+                named[entry["checkpoint_id"]] = reason
+        elif isinstance(entry.get("signal_id"), str):
+            entries[entry["signal_id"]] = reason
+    return named, frozenset(resend), entries
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -25,13 +25,16 @@ class Arm(msgspec.Struct, frozen=True, tag="arm"):
 
 class Drained(msgspec.Struct, kw_only=True):
     """What one drain did: rows sent (accepted), rows quarantined, cache entries sent, POSTs made,
-    and whether rows stayed buffered because the plane could not take them now."""
+    whether rows stayed buffered because the plane could not take them now, and inbox entries
+    sent (each state: sent, consumed) and quarantined."""
 
     sent: int = 0
     quarantined: int = 0
     cached: int = 0
     posts: int = 0
     buffered: bool = False
+    signals: int = 0
+    signals_quarantined: int = 0
 
 
 ReplicatorMessage = Kick | Tick | Drain

@@ -2,10 +2,12 @@
 
 Driven by messages (:mod:`replication._messages`): a :class:`Kick` per commit (sent without waiting,
 at most one queued), a :class:`Tick` from its timer child for retries, a :class:`Drain` when asked.
-A drain sends unsynced rows oldest first in batches, each with the cache entries not yet sent (so
-a row never reaches the plane before the ``@idempotent`` results of the step it follows); a refused
-batch that names no rows is bisected until each refused row stands alone, a refusal that names its
-rows quarantines those, and per-item rejections in a 2xx are quarantined. A condition of the
+A drain sends unsynced rows oldest first in batches, each with the cache entries and the inbox
+entries not yet sent (so a row never reaches the plane before the ``@idempotent`` results of the
+step it follows, nor before the consumption of the signals it consumed); a refused batch that names
+no rows is bisected until each refused row stands alone, a refusal that names its rows quarantines
+those, and per-item rejections in a 2xx are quarantined. Inbox entries are refused, bisected and
+quarantined the same way, by their ``signal_id``. A condition of the
 connection (401, 403, 404, 408, 429) or a 5xx/transport error leaves the rows buffered, with no age
 or count bound, and arms the timer with backoff (``Retry-After`` when the plane gives one); the
 backoff counts failures in a row, so an accepted POST, however slow, resets it. Leaving the system
@@ -22,12 +24,21 @@ import anyio
 import msgspec
 
 from actors import Actor, ActorContext, ActorRef, ActorStopped, MailboxFull, Restart
-from stores import CacheEntry, ReplicatedStore, Store, StoredRow, StoreError
+from stores import CacheEntry, ReplicatedStore, Store, StoredRow, StoredSignal, StoreError
 
 from ._client import INGEST_PATH, Answer, PlaneClient, Verdict
 from ._messages import Arm, Drain, Drained, Kick, ReplicatorMessage, Tick
 from ._restore import restore_enabled, restore_into
-from ._wire import CacheItem, Item, StoredItem, cache_item, resource_type, stored_item, whole_item
+from ._wire import (
+    CacheItem,
+    Item,
+    StoredItem,
+    cache_item,
+    resource_type,
+    signal_item,
+    stored_item,
+    whole_item,
+)
 
 __all__ = ["Replicator"]
 
@@ -205,9 +216,10 @@ class Replicator(Actor):
         a kick or a tick stops after a batch that was not full: what was written meanwhile kicked
         again, and waits for its own (fuller) batch.
 
-        Each batch carries the cache entries not yet sent, read after its rows: an ``@idempotent``
-        result is committed before the row that follows its step, so the plane never holds that
-        row without the result (a run restored from it does not repeat the side effect)."""
+        Each batch carries the cache and inbox entries not yet sent, read after its rows: an
+        ``@idempotent`` result is committed before the row that follows its step, and a signal's
+        consumption with the row that consumed it, so the plane never holds that row without them
+        (a run restored from it neither repeats the side effect nor gets the signal again)."""
         box = self._outbox()
         try:
             while True:
@@ -219,13 +231,21 @@ class Replicator(Actor):
                         done.buffered = True
                         return done
                     cache = await box.fetch_unsynced_cache(self.batch_size)
+                signals = await box.fetch_unsynced_signals(self.batch_size)
+                while len(signals) >= self.batch_size:  # the same for inbox entries
+                    if not await self._ship_signals(box, signals, done):
+                        done.buffered = True
+                        return done
+                    signals = await box.fetch_unsynced_signals(self.batch_size)
                 if not stored:
-                    if cache and not await self._ship_cache(box, cache, done):
+                    if (cache and not await self._ship_cache(box, cache, done)) or (
+                        signals and not await self._ship_signals(box, signals, done)
+                    ):
                         done.buffered = True
                         return done
                     break
                 moved, whole = done.sent + done.quarantined, len(self._whole)
-                if not await self._ship(box, await self._outgoing(box, stored), done, cache):
+                if not await self._ship(box, await self._outgoing(box, stored), done, cache, signals):
                     done.buffered = True
                     return done
                 if done.sent + done.quarantined == moved and len(self._whole) == whole:
@@ -260,11 +280,16 @@ class Replicator(Actor):
         return out
 
     async def _ship(
-        self, box: Any, rows: Sequence[_Out], done: Drained, cache: Sequence[CacheEntry] = ()
+        self,
+        box: Any,
+        rows: Sequence[_Out],
+        done: Drained,
+        cache: Sequence[CacheEntry] = (),
+        signals: Sequence[StoredSignal] = (),
     ) -> bool:
-        """POST ``rows`` (with ``cache``, the entries they must not arrive without); settle what
-        the answer says. ``False``: the plane cannot take them now."""
-        answer = await self._post([row.item for row in rows], [_cache_item(e) for e in cache])
+        """POST ``rows`` (with ``cache`` and ``signals``, the entries they must not arrive
+        without); settle what the answer says. ``False``: the plane cannot take them now."""
+        answer = await self._post([row.item for row in rows], [_cache_item(e) for e in cache], signals)
         done.posts += 1
         match answer.outcome:
             case Verdict.ACCEPTED:
@@ -272,12 +297,19 @@ class Replicator(Actor):
                 self._limit = min(self.batch_size, self._limit * 2)
                 if cache:
                     await self._cache_sent(box, cache, done)
+                if signals:
+                    await self._signals_settled(box, signals, answer, done)
                 await self._settle(box, rows, answer, done)
                 return True
-            case Verdict.REFUSED if cache:
-                # A row or an entry is at fault: the entries alone first (each refused one is
-                # dropped), then the rows alone (bisected), never a row before its entries.
-                return await self._ship_cache(box, cache, done) and await self._ship(box, rows, done)
+            case Verdict.REFUSED if cache or signals:
+                # A row or an entry is at fault: the cache entries alone first (each refused one is
+                # dropped), then the inbox entries alone (bisected like rows), then the rows alone
+                # (bisected), never a row before its entries.
+                return (
+                    (not cache or await self._ship_cache(box, cache, done))
+                    and (not signals or await self._ship_signals(box, signals, done))
+                    and await self._ship(box, rows, done)
+                )
             case Verdict.REFUSED:
                 ids = {row.checkpoint_id for row in rows}
                 named = {cid: reason for cid, reason in answer.rejections.items() if cid in ids}
@@ -297,19 +329,28 @@ class Replicator(Actor):
                 if answer.timed_out:
                     self._limit = max(1, len(rows) // 2)
                 _log.warning(
-                    "replicator: %s answered %s (%s); %d rows and %d cache entries stay buffered",
+                    "replicator: %s answered %s (%s); %d rows, %d cache entries and %d inbox entries "
+                    "stay buffered",
                     self.url,
                     answer.status if answer.status is not None else "no response",
                     answer.explanation,
                     len(rows),
                     len(cache),
+                    len(signals),
                 )
                 self._wait(answer.retry_after)
                 return False
 
-    async def _post(self, items: Sequence[Item | StoredItem], cache: Sequence[CacheItem]) -> Answer:
-        body = msgspec.json.encode({"checkpoints": items, "cache": cache})
-        return await self._client.ingest(body)
+    async def _post(
+        self,
+        items: Sequence[Item | StoredItem],
+        cache: Sequence[CacheItem],
+        signals: Sequence[StoredSignal] = (),
+    ) -> Answer:
+        body: dict[str, Any] = {"checkpoints": items, "cache": cache}
+        if signals:  # a POST without inbox entries is what it was before they were shipped
+            body["signals"] = [signal_item(e) for e in signals]
+        return await self._client.ingest(msgspec.json.encode(body), signals=bool(signals))
 
     async def _ship_cache(self, box: Any, entries: Sequence[CacheEntry], done: Drained) -> bool:
         """POST cache entries alone; a refused one is dropped from the replica, logged."""
@@ -343,6 +384,79 @@ class Replicator(Actor):
                 return False
         await self._cache_sent(box, entries, done)
         return True
+
+    async def _ship_signals(self, box: Any, entries: Sequence[StoredSignal], done: Drained) -> bool:
+        """POST inbox entries alone; refused ones are quarantined as rows are (named ones at once,
+        else the batch is bisected until each stands alone). ``False``: the plane cannot take
+        them now."""
+        answer = await self._post([], [], entries)
+        done.posts += 1
+        match answer.outcome:
+            case Verdict.ACCEPTED:
+                self._failures = 0
+                await self._signals_settled(box, entries, answer, done)
+                return True
+            case Verdict.REFUSED:
+                ids = {e.signal_id for e in entries}
+                named = {sid: reason for sid, reason in answer.signal_rejections.items() if sid in ids}
+                if named:
+                    refused = [
+                        (e, f"HTTP {answer.status}: {named[e.signal_id]}")
+                        for e in entries
+                        if e.signal_id in named
+                    ]
+                    await self._quarantine_signals(box, refused, done)
+                    rest = [e for e in entries if e.signal_id not in named]
+                    return await self._ship_signals(box, rest, done) if rest else True
+                if len(entries) == 1:
+                    reason = f"HTTP {answer.status} from {INGEST_PATH}: {answer.explanation}"
+                    await self._quarantine_signals(box, [(entries[0], reason)], done)
+                    return True
+                mid = len(entries) // 2
+                return await self._ship_signals(box, entries[:mid], done) and await self._ship_signals(
+                    box, entries[mid:], done
+                )
+            case _:
+                _log.warning(
+                    "replicator: %s answered %s (%s); %d inbox entries stay buffered",
+                    self.url,
+                    answer.status if answer.status is not None else "no response",
+                    answer.explanation,
+                    len(entries),
+                )
+                self._wait(answer.retry_after)
+                return False
+
+    async def _signals_settled(
+        self, box: Any, entries: Sequence[StoredSignal], answer: Answer, done: Drained
+    ) -> None:
+        """Quarantine the inbox entries the plane rejected in its 2xx, mark the rest synced."""
+        rejected = answer.signal_rejections
+        await self._quarantine_signals(
+            box,
+            [
+                (e, f"HTTP {answer.status}: plane rejected: {rejected[e.signal_id]}")
+                for e in entries
+                if e.signal_id in rejected
+            ],
+            done,
+        )
+        accepted = [e for e in entries if e.signal_id not in rejected]
+        if accepted:
+            await box.mark_signals_synced(accepted)
+            done.signals += len(accepted)
+
+    async def _quarantine_signals(
+        self, box: Any, refused: Sequence[tuple[StoredSignal, str]], done: Drained
+    ) -> None:
+        if not refused:
+            return
+        for entry, reason in refused:
+            _log.warning(
+                "replicator: signal %s of run %s quarantined: %s", entry.signal_id, entry.execution_id, reason
+            )
+        await box.mark_signals_quarantined(refused)
+        done.signals_quarantined += len(refused)
 
     async def _cache_sent(self, box: Any, entries: Sequence[CacheEntry], done: Drained) -> None:
         await box.mark_cache_synced([(e.execution_id, e.key) for e in entries])

@@ -1,9 +1,10 @@
 """Restore-anywhere: a run the local store lacks, fetched from the plane and imported whole.
 
-``GET {url}/public/v1/runs/{execution_id}`` returns every row of the run in ``seq`` order and its
-cache entries; the rows are imported as synced (their messages rebuilt from the wire), the cache
-entries too, and the pending row when the newest row is an unclaimed pause, so the run resumes
-as if it had never left. ``TETHER_RESTORE_FROM_PLANE`` turns the automatic restore of
+``GET {url}/public/v1/runs/{execution_id}`` returns every row of the run in ``seq`` order, its
+cache entries and its inbox entries; the rows are imported as synced (their messages rebuilt from
+the wire), the cache entries too, the pending row when the newest row is an unclaimed pause, and
+the signals not consumed by a row the plane holds (a consumption by a row it lacks did not happen
+in the run restored), so the run resumes, or is woken, as if it had never left. ``TETHER_RESTORE_FROM_PLANE`` turns the automatic restore of
 ``system.resume/send/fork`` off; :func:`restore_from_plane` is the same thing done by hand.
 """
 
@@ -16,13 +17,13 @@ from urllib.parse import quote
 
 import msgspec
 
-from stores import HITL_PAUSE, INTERRUPTED, CacheEntry, Checkpoint, PendingInterrupt, Store
+from stores import HITL_PAUSE, INTERRUPTED, CacheEntry, Checkpoint, PendingInterrupt, Store, StoredSignal
 
 from ._client import PlaneClient
 from ._errors import PlaneError
-from ._wire import CacheItem, Item, Rebuilder
+from ._wire import CacheItem, Item, Rebuilder, SignalItem
 
-__all__ = ["ENV_RESTORE", "restore_enabled", "restore_from_plane", "restore_into"]
+__all__ = ["ENV_RESTORE", "restore_enabled", "restore_from_plane", "restore_into", "unconsumed"]
 
 #: The environment switch of the automatic restore.
 ENV_RESTORE: Final = "TETHER_RESTORE_FROM_PLANE"
@@ -45,6 +46,7 @@ def restore_enabled() -> bool:
 class _Run(msgspec.Struct):
     checkpoints: list[Item]
     cache: list[CacheItem] = []
+    signals: list[SignalItem] = []
 
 
 async def restore_into(store: Any, execution_id: str, client: PlaneClient) -> Checkpoint | None:
@@ -89,11 +91,28 @@ async def restore_into(store: Any, execution_id: str, client: PlaneClient) -> Ch
         for e in run.cache
         if e.execution_id == execution_id
     ]
-    await store.import_run(execution_id, rows, cache, pending)
+    signals = unconsumed(run.signals, execution_id, rows)
+    await store.import_run(execution_id, rows, cache, pending, signals)
     _log.info(
-        "restored run %s from the plane: %d rows, %d cache entries", execution_id, len(rows), len(cache)
+        "restored run %s from the plane: %d rows, %d cache entries, %d unconsumed signals",
+        execution_id,
+        len(rows),
+        len(cache),
+        len(signals),
     )
     return newest
+
+
+def unconsumed(items: list[SignalItem], execution_id: str, rows: list[Checkpoint]) -> list[StoredSignal]:
+    """The inbox entries a run restored with ``rows`` still has to consume, in the plane's order:
+    those no row consumed, and those consumed by a row the plane does not hold (quarantined, or not
+    there yet): in the run restored, that consumption has not happened."""
+    held = {row.seq for row in rows}
+    return [
+        msgspec.structs.replace(item.entry(), consumed_seq=None)
+        for item in items
+        if item.execution_id == execution_id and (item.consumed_seq is None or item.consumed_seq not in held)
+    ]
 
 
 async def restore_from_plane(store: Store, execution_id: str, *, url: str, api_key: str) -> Checkpoint | None:

@@ -1,4 +1,4 @@
-"""Rows and cache entries to the plane's wire items and back (docs/replication.md, "What is sent").
+"""Rows, cache and inbox entries to the plane's wire items and back (docs/replication.md, "What is sent").
 
 An item carries a row's messages once, as they are stored: ``messages`` is ``{"log", "count",
 "new"}``, where ``log`` names the conversation (:func:`stores.conversation_of` of the row's
@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
-from stores import RUN_END, STATUSES, Checkpoint, StoredRow, conversation_of, parse_path
+from stores import RUN_END, STATUSES, Checkpoint, StoredRow, StoredSignal, conversation_of, parse_path
 
 __all__ = [
     "CacheItem",
@@ -27,10 +27,12 @@ __all__ = [
     "Item",
     "Messages",
     "Rebuilder",
+    "SignalItem",
     "StoredItem",
     "cache_item",
     "resource_type",
     "row_of",
+    "signal_item",
     "stored_item",
     "whole_item",
 ]
@@ -181,6 +183,48 @@ class CacheItem(msgspec.Struct, forbid_unknown_fields=True):
     key: str
     value: Any
     created_at: datetime
+
+
+class SignalItem(msgspec.Struct, forbid_unknown_fields=True):
+    """One inbox entry on the wire: a signal sent to a run and, once a row consumed it, that row's
+    ``seq``. ``signal_id`` names it in every store and on the plane."""
+
+    signal_id: str
+    execution_id: str
+    name: str
+    payload: Any
+    created_at: datetime
+    consumed_seq: int | None
+
+    def check(self) -> None:
+        """Refuse what decoding cannot: a time without a zone (:class:`ValueError`); the store
+        checks the rest (:meth:`~stores.ReplicatedStore.copy_signals`)."""
+        if self.created_at.tzinfo is None:
+            raise ValueError("created_at must carry a time zone (UTC)")
+
+    def entry(self) -> StoredSignal:
+        """The inbox entry it carries (its ``id`` is the receiving store's to give)."""
+        return StoredSignal(
+            id=0,
+            execution_id=self.execution_id,
+            name=self.name,
+            payload=self.payload,
+            created_at=self.created_at,
+            consumed_seq=self.consumed_seq,
+            signal_id=self.signal_id,
+        )
+
+
+def signal_item(entry: StoredSignal) -> SignalItem:
+    """The wire form of an inbox entry."""
+    return SignalItem(
+        signal_id=entry.signal_id,
+        execution_id=entry.execution_id,
+        name=entry.name,
+        payload=entry.payload,
+        created_at=entry.created_at,
+        consumed_seq=entry.consumed_seq,
+    )
 
 
 def resource_type(agent_path: str | None) -> str:

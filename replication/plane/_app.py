@@ -2,8 +2,9 @@
 
 Refusals, each with a JSON body ``{"error": ...}`` naming the problem: a missing or unknown
 ``X-API-Key`` 401; a body over :data:`MAX_BODY_BYTES` 413; a body that is not JSON or not the
-ingest shape 422. Items are checked one by one (:meth:`Tenant.ingest`): an oversized, malformed or
-changed item is rejected in the 2xx's ``rejections`` while the others are stored.
+ingest shape 422. Items and inbox entries are checked one by one (:meth:`Tenant.ingest`): an
+oversized, malformed or changed one is rejected in the 2xx's ``rejections`` while the others are
+stored.
 """
 
 from __future__ import annotations
@@ -92,11 +93,16 @@ def create_app(keys: Mapping[str, str], open_store: Callable[[str], Store]) -> S
         except msgspec.DecodeError as exc:
             return _error(422, f"the body is not JSON: {exc}")
         if not isinstance(body, dict) or not isinstance(body.get("checkpoints"), list):
-            return _error(422, 'the body is not {"checkpoints": [item, ...], "cache": [entry, ...]}')
+            return _error(
+                422, 'the body is not {"checkpoints": [item, ...], "cache": [entry, ...], "signals": [...]}'
+            )
         cache = body.get("cache", [])
         if not isinstance(cache, list):
             return _error(422, '"cache" must be a list of cache entries')
-        return _json(await tenant.ingest(body["checkpoints"], cache))
+        signals = body.get("signals", [])
+        if not isinstance(signals, list):
+            return _error(422, '"signals" must be a list of inbox entries')
+        return _json(await tenant.ingest(body["checkpoints"], cache, signals))
 
     async def latest(request: Request) -> Response:
         tenant = await tenant_of(request)

@@ -2,7 +2,10 @@
 
 A tenant's rows live in its own store (:func:`stores.open_store` of a URL per tenant), so a tenant
 never reads or overwrites another's rows. Ingest is idempotent by ``checkpoint_id``: a known row
-sent again with the same content is accepted, with different content rejected per item.
+sent again with the same content is accepted, with different content rejected per item. Rows are
+stored as copies (:meth:`~stores.ReplicatedStore.append_copy`): what a row did to its own store's
+inbox arrives as inbox entries of their own, merged by ``signal_id``
+(:meth:`~stores.ReplicatedStore.copy_signals`).
 """
 
 from __future__ import annotations
@@ -15,14 +18,25 @@ import msgspec
 
 from stores import (
     Checkpoint,
+    ReplicatedStore,
     Store,
+    StoredSignal,
     StoreError,
     TetherError,
     conversation_of,
     encode_json,
 )
 
-from .._wire import CacheItem, Conversations, Item, Rebuilder, cache_item, resource_type
+from .._wire import (
+    CacheItem,
+    Conversations,
+    Item,
+    Rebuilder,
+    SignalItem,
+    cache_item,
+    resource_type,
+    signal_item,
+)
 
 __all__ = ["MAX_ITEM_BYTES", "Tenant", "parse_keys"]
 
@@ -48,8 +62,11 @@ class Tenant:
     """One tenant's store and the memory of its conversations."""
 
     def __init__(self, name: str, store: Store) -> None:
+        if not isinstance(store, ReplicatedStore):
+            raise TypeError(f"the plane stores into a stores.ReplicatedStore, not {type(store).__name__}")
         self.name = name
         self.store = store
+        self.box: ReplicatedStore = store
         self._rebuild = Rebuilder(self._held)
 
     async def _held(self, execution_id: str, log: str) -> list[Any] | None:
@@ -62,10 +79,14 @@ class Tenant:
                 return messages
         return None
 
-    async def ingest(self, raw_items: list[Any], raw_cache: list[Any]) -> dict[str, Any]:
-        """Store what is new; the answer body, the acknowledgment ``{"accepted": N, "rejections":
-        [...]}`` (``accepted`` counts the rows stored or already held). The cache entries are stored
-        first, so a reader never finds the row that follows a step without that step's results."""
+    async def ingest(
+        self, raw_items: list[Any], raw_cache: list[Any], raw_signals: list[Any]
+    ) -> dict[str, Any]:
+        """Store what is new; the answer body, the acknowledgment ``{"accepted": N, "signals": M,
+        "rejections": [...]}`` (``accepted`` counts the rows stored or already held, ``signals`` the
+        inbox entries). The cache and inbox entries are stored first, so a reader never finds the
+        row that follows a step without that step's results, nor a row without the consumption of
+        the signals it consumed."""
         rejections: list[dict[str, Any]] = []
         for raw in raw_cache:
             try:
@@ -78,6 +99,7 @@ class Tenant:
                         "reason": f"malformed cache entry: {exc}",
                     }
                 )
+        stored = await self._ingest_signals(raw_signals, rejections)
         runs: dict[str, list[Checkpoint]] = {}
         broken: set[tuple[str, str]] = set()
         for raw in raw_items:
@@ -123,7 +145,33 @@ class Tenant:
         for cid, reason in refused.items():
             rejections.append(_rejected(cid, reason))
         accepted = sum(len(rows) for rows in runs.values()) - len(refused)
-        return {"accepted": accepted, "rejections": rejections}
+        return {"accepted": accepted, "signals": stored, "rejections": rejections}
+
+    async def _ingest_signals(self, raw_signals: list[Any], rejections: list[dict[str, Any]]) -> int:
+        """Check inbox entries one by one and merge them into the store; how many were stored
+        (the rest are rejected per entry, by ``signal_id``)."""
+        entries: list[StoredSignal] = []
+        for raw in raw_signals:
+            sid = raw.get("signal_id") if isinstance(raw, dict) else None
+            name = sid if isinstance(sid, str) else ""
+            size = len(msgspec.json.encode(raw))
+            if size > MAX_ITEM_BYTES:
+                rejections.append(
+                    _refused(name, f"inbox entry is {size} bytes, over the limit of {MAX_ITEM_BYTES}")
+                )
+                continue
+            try:
+                item = msgspec.convert(raw, SignalItem)
+                item.check()
+            except (msgspec.ValidationError, ValueError) as exc:
+                rejections.append(_refused(name, f"malformed inbox entry: {exc}"))
+                continue
+            entries.append(item.entry())
+        if not entries:
+            return 0
+        refused = await self.box.copy_signals(entries)
+        rejections.extend(_refused(sid, reason) for sid, reason in refused.items())
+        return len(entries) - len(refused)
 
     async def _store_run(self, rows: list[Checkpoint], refused: dict[str, str]) -> None:
         """Append one run's new rows in ``seq`` order (runs of a request are written concurrently,
@@ -136,7 +184,7 @@ class Tenant:
                     refused[row.checkpoint_id] = "a known checkpoint_id sent again with different content"
                 continue
             try:
-                await store.append(row)
+                await self.box.append_copy(row)
             except StoreError as exc:
                 refused[row.checkpoint_id] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -145,14 +193,17 @@ class Tenant:
                 continue
 
     async def run(self, execution_id: str) -> dict[str, Any] | None:
-        """``{"checkpoints": [...], "cache": [...]}`` of one run, or ``None``."""
+        """``{"checkpoints": [...], "cache": [...], "signals": [...]}`` of one run (every inbox
+        entry, consumed or not), or ``None``."""
         rows = await self.store.history(execution_id)
         if not rows:
             return None
-        cache = await self.store.cache_entries(execution_id)  # type: ignore[attr-defined]
+        cache = await self.box.cache_entries(execution_id)
+        signals = await self.box.signal_entries(execution_id)
         return {
             "checkpoints": Conversations().items(rows),
             "cache": [cache_item(e.execution_id, e.key, e.value, e.created_at) for e in cache],
+            "signals": [signal_item(e) for e in signals],
         }
 
     async def latest(self, execution_id: str) -> Item | None:
@@ -178,6 +229,10 @@ class Tenant:
                 }
             )
         return out
+
+
+def _refused(signal_id: str, reason: str) -> dict[str, Any]:
+    return {"signal_id": signal_id, "reason": reason}
 
 
 def _rejected(checkpoint_id: str, reason: str, *, resend: bool = False) -> dict[str, Any]:

@@ -5,6 +5,7 @@ ephemeral loopback port, its tenants stored in SQLite files or PostgreSQL schema
 :class:`Faults` sits in front of it in the same server: it counts ingest POSTs and can refuse a batch
 that holds a poison row (naming nothing, or naming it), answer a chosen status (to every POST, every
 n-th one, or those carrying cache entries), stall (by the POST, or by its items), or swallow a POST with an empty 200 as a middlebox.
+A poison id may name a row (``checkpoint_id``) or an inbox entry (``signal_id``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ KEYS = {"key-a": "alpha", "key-b": "beta"}
 class Faults:
     """What the fault layer does to ingest POSTs (change it while the plane runs)."""
 
-    poison: set[str] = field(default_factory=set)  # refuse any batch holding one of these ids
+    poison: set[str] = field(
+        default_factory=set
+    )  # refuse any batch holding one of these ids (rows' or signals')
     name_poison: bool = False  # ... naming them in ``rejections`` (else naming nothing)
     poison_status: int = 422  # ... with this status (a refusal on payload grounds)
     status: int | None = None  # answer every POST with this status ...
@@ -51,6 +54,7 @@ class Faults:
     posts: int = 0
     gets: list[str] = field(default_factory=list)
     ids_seen: list[list[str]] = field(default_factory=list)
+    signals_seen: list[list[str]] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
 
 
@@ -79,10 +83,12 @@ class FaultLayer:
         try:
             decoded = msgspec.json.decode(body)
             ids = [i.get("checkpoint_id") for i in decoded.get("checkpoints", [])]
+            sids = [i.get("signal_id") for i in decoded.get("signals", [])]
             cached = bool(decoded.get("cache"))
         except (msgspec.DecodeError, AttributeError):
-            ids, cached = [], False
+            ids, sids, cached = [], [], False
         f.ids_seen.append(ids)
+        f.signals_seen.append(sids)
         if f.stall or f.stall_per_item:
             await asyncio.sleep(f.stall + f.stall_per_item * len(ids))
         if f.fail_every and f.posts % f.fail_every == 0:
@@ -109,10 +115,13 @@ class FaultLayer:
             f.statuses.append(f.status)
             return
         bad = [i for i in ids if i in f.poison]
-        if bad:
+        bad_signals = [i for i in sids if i in f.poison]
+        if bad or bad_signals:
             answer: dict[str, Any] = {"error": "batch refused: a value is longer than its column"}
             if f.name_poison:
-                answer["rejections"] = [{"checkpoint_id": i, "reason": "too long"} for i in bad]
+                answer["rejections"] = [{"checkpoint_id": i, "reason": "too long"} for i in bad] + [
+                    {"signal_id": i, "reason": "too long"} for i in bad_signals
+                ]
             await _answer(send, f.poison_status, answer, [(b"content-type", b"application/json")])
             f.statuses.append(f.poison_status)
             return

@@ -65,6 +65,31 @@ def test_a_2xx_without_the_acknowledgment_is_a_transport_failure(content: bytes,
     assert 'not the plane\'s acknowledgment {"accepted": N, "rejections": [...]}' in answer.explanation
 
 
+def test_inbox_entries_need_their_own_acknowledgment_and_are_named_by_signal_id() -> None:
+    carried = msgspec.json.encode(
+        {
+            "accepted": 1,
+            "signals": 1,
+            "rejections": [{"signal_id": "s", "reason": "too big"}, {"checkpoint_id": "c"}],
+        }
+    )
+    answer = classify(200, carried, headers(), signals=True)
+    assert answer.outcome is Outcome.ACCEPTED
+    assert (answer.rejections, answer.signal_rejections) == ({"c": "rejected"}, {"s": "too big"})
+    for content in (ACK, b'{"accepted": 1, "signals": "1", "rejections": []}'):
+        old = classify(200, content, headers(), signals=True)  # a plane that does not take them
+        assert old.outcome is Outcome.FAILED and 'no "signals" count' in old.explanation
+    assert classify(200, ACK, headers()).outcome is Outcome.ACCEPTED  # none carried: none needed
+    refused = classify(
+        422, msgspec.json.encode({"rejections": [{"signal_id": "s", "reason": "r"}]}), headers()
+    )
+    assert (refused.outcome, refused.rejections, refused.signal_rejections) == (
+        Outcome.REFUSED,
+        {},
+        {"s": "r"},
+    )
+
+
 @pytest.mark.parametrize("status", [400, 409, 413, 422])
 def test_payload_refusals_are_refused_with_the_rows_they_name(status: int) -> None:
     body = msgspec.json.encode({"error": "too long", "rejections": [{"checkpoint_id": "x", "reason": "r"}]})

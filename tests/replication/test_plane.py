@@ -56,6 +56,7 @@ async def test_an_oversized_body_is_413(plane: Plane) -> None:
         (b'{"rows": []}', "the body is not"),
         (b'["checkpoints"]', "the body is not"),
         (b'{"checkpoints": [], "cache": 3}', '"cache" must be a list'),
+        (b'{"checkpoints": [], "signals": {}}', '"signals" must be a list'),
     ],
 )
 async def test_a_malformed_body_is_422(plane: Plane, content: bytes, words: str) -> None:
@@ -80,7 +81,7 @@ async def test_bad_items_are_rejected_one_by_one(plane: Plane) -> None:
     assert answer.json()["accepted"] == 1
     # a known checkpoint_id sent again: the same content is accepted, a changed one rejected
     again = await post(plane, body([good]))
-    assert again.json() == {"accepted": 1, "rejections": []}
+    assert again.json() == {"accepted": 1, "signals": 0, "rejections": []}
     changed = await post(plane, body([msgspec.structs.replace(good, node_input={"x": 1})]))
     assert changed.json()["rejections"] == [
         {
@@ -95,10 +96,60 @@ async def test_bad_items_are_rejected_one_by_one(plane: Plane) -> None:
         await remote.close()
 
 
+async def test_inbox_entries_are_merged_by_signal_id_and_bad_ones_rejected_one_by_one(plane: Plane) -> None:
+    rows = [make_row("run-g", 0)]
+
+    def entry(signal_id: str, consumed_seq: int | None = None, **fields: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "signal_id": signal_id,
+            "execution_id": "run-g",
+            "name": "go",
+            "payload": {"n": 1},
+            "created_at": "2026-01-02T03:04:05.000006+00:00",
+            "consumed_seq": consumed_seq,
+        }
+        return {**found, **fields}
+
+    def with_signals(*entries: dict[str, Any]) -> bytes:
+        return msgspec.json.encode({"checkpoints": [], "cache": [], "signals": list(entries)})
+
+    first = await post(
+        plane, msgspec.json.encode({**msgspec.json.decode(body(rows)), "signals": [entry("s-1")]})
+    )
+    assert first.json() == {"accepted": 1, "signals": 1, "rejections": []}
+    assert (await post(plane, with_signals(entry("s-1"), entry("s-1", 0)))).json() == {
+        "accepted": 0,
+        "signals": 2,
+        "rejections": [],
+    }  # sent again, then its consumption by the row at seq 0
+    answer = await post(
+        plane,
+        with_signals(
+            entry("s-1", 3),  # consumed by another row
+            entry("s-2", payload="x" * (1024 * 1024)),
+            entry("s-3", created_at="2026-01-02T03:04:05"),  # no time zone
+            entry("s-4", name=""),
+            entry("s-5", extra=1),
+            entry("s-6"),
+        ),
+    )
+    assert answer.status_code == 200 and answer.json()["signals"] == 1
+    found = {r["signal_id"]: r["reason"] for r in answer.json()["rejections"]}
+    assert set(found) == {"s-1", "s-2", "s-3", "s-4", "s-5"}
+    assert "seq 0" in found["s-1"] and "over the limit of 1048576" in found["s-2"]
+    assert all(found[s].startswith("malformed") for s in ("s-3", "s-4", "s-5"))
+    async with httpx.AsyncClient(base_url=plane.url, headers={"x-api-key": "key-a"}) as http:
+        run = (await http.get("/public/v1/runs/run-g")).json()
+    assert [(e["signal_id"], e["consumed_seq"], e["payload"]) for e in run["signals"]] == [
+        ("s-1", 0, {"n": 1}),
+        ("s-6", None, {"n": 1}),
+    ]
+
+
 async def test_reads_and_tenants(plane: Plane) -> None:
     msgs = [make_message(i) for i in range(3)]
     rows = [make_row("run-t", i, messages=msgs[: i + 1]) for i in range(3)]
-    assert (await post(plane, body(rows))).json() == {"accepted": 3, "rejections": []}
+    assert (await post(plane, body(rows))).json() == {"accepted": 3, "signals": 0, "rejections": []}
     async with httpx.AsyncClient(base_url=plane.url, headers={"x-api-key": "key-a"}) as http:
         run = (await http.get("/public/v1/runs/run-t")).json()
         assert [c["checkpoint_id"] for c in run["checkpoints"]] == [r.checkpoint_id for r in rows]

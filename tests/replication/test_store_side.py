@@ -1,9 +1,11 @@
-"""The store's side of replication on both backends: a store at the previous schema opens in place
-with its cache entries to send, and a replicator sends cache entries and marks the store attached."""
+"""The store's side of replication on both backends: a store at the schema before the cache entries'
+outbox opens in place with its cache entries and its inbox entries to send (the later migrations
+undone too), and a replicator sends them and marks the store attached."""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import asyncpg
 import pytest
@@ -12,6 +14,7 @@ from conftest import Backend
 
 from actors import ActorSystem
 from replication import Replicator
+from stores import CONSUMES, SIGNAL
 from stores.testing import make_row
 
 pytestmark = pytest.mark.anyio
@@ -22,6 +25,14 @@ async def downgrade(backend: Backend) -> None:
     objects go, and so do those of the later migrations that are not written to apply again."""
     if backend.name == "sqlite":
         conn = sqlite3.connect(backend.target)
+        for statement in (  # the inbox entries' outbox (its columns cannot be added twice)
+            "DROP INDEX signals_signal_id",
+            "DROP INDEX signals_unsynced",
+            "ALTER TABLE signals DROP COLUMN signal_id",
+            "ALTER TABLE signals DROP COLUMN synced",
+            "ALTER TABLE signals DROP COLUMN sync_error",
+        ):
+            conn.execute(statement)
         conn.execute("DROP INDEX idempotency_cache_unsynced")
         conn.execute("ALTER TABLE idempotency_cache DROP COLUMN synced")
         conn.execute("DROP TABLE replica")
@@ -36,6 +47,10 @@ async def downgrade(backend: Backend) -> None:
         await conn.execute(
             f"ALTER TABLE {s}.idempotency_cache DROP COLUMN synced; DROP TABLE {s}.replica; "
             f"DELETE FROM {s}.schema_version WHERE version >= 5"
+        )
+        await conn.execute(
+            f"DROP INDEX {s}.signals_signal_id_idx; DROP INDEX {s}.signals_unsynced_idx; "
+            f"ALTER TABLE {s}.signals DROP COLUMN signal_id, DROP COLUMN synced, DROP COLUMN sync_error"
         )
         await conn.execute(
             f"DROP INDEX {s}.run_owners_waiting_idx; DROP INDEX {s}.run_owners_queue_idx; "
@@ -63,30 +78,46 @@ def _undo_queues(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-async def test_an_older_store_opens_with_its_cache_entries_to_send(
+async def test_an_older_store_opens_with_its_cache_and_inbox_entries_to_send(
     store_backend: Backend, plane: Plane
 ) -> None:
     store = store_backend.open()
     await store.append(make_row("run-old", 0))
     await store.cache_put("run-old", "charge", {"charged": 5})
+    first = await store.signal("run-old", "note", {"k": 1})
+    await store.signal("run-old", "note", {"k": 2})
+    await store.append(make_row("run-old", 1, step_type=SIGNAL, node_input={CONSUMES: [first]}))
     await store.close()
     await downgrade(store_backend)
 
     store = store_backend.open()
-    assert [e.key for e in await store.fetch_unsynced_cache(10)] == ["charge"]  # type: ignore[attr-defined]
+    box: Any = store
+    assert [e.key for e in await box.fetch_unsynced_cache(10)] == ["charge"]
+    waiting = await box.fetch_unsynced_signals(10)  # each named by the migration, to send
+    assert [(e.payload, e.consumed_seq) for e in waiting] == [({"k": 1}, 1), ({"k": 2}, None)]
+    assert all(e.signal_id for e in waiting) and waiting[0].signal_id != waiting[1].signal_id
     replicator = Replicator(plane.url, "key-a")
     async with ActorSystem(store, replicator=replicator):
 
         async def sent() -> bool:
-            return not await store.fetch_unsynced_cache(10) and not await store.fetch_unsynced(10)  # type: ignore[attr-defined]
+            return not (
+                await box.fetch_unsynced_cache(10)
+                or await box.fetch_unsynced(10)
+                or await box.fetch_unsynced_signals(10)
+            )
 
         await eventually(sent)
+    await store.signal("run-old", "note", {"k": 3})  # a signal sent after the upgrade is named too
+    assert (await store.signals("run-old"))[-1].signal_id
     await store.close()
-    remote = plane.tenant_store("alpha")
+    remote: Any = plane.tenant_store("alpha")
     try:
         assert [(e.key, e.value) for e in await remote.cache_entries("run-old")] == [
             ("charge", {"charged": 5})
-        ]  # type: ignore[attr-defined]
-        assert [r.seq for r in await remote.history("run-old")] == [0]
+        ]
+        assert [r.seq for r in await remote.history("run-old")] == [0, 1]
+        assert [(e.signal_id, e.consumed_seq) for e in await remote.signal_entries("run-old")] == [
+            (e.signal_id, e.consumed_seq) for e in waiting
+        ]
     finally:
         await remote.close()
