@@ -4,7 +4,7 @@
 ephemeral loopback port, its tenants stored in SQLite files or PostgreSQL schemas of the test.
 :class:`Faults` sits in front of it in the same server: it counts ingest POSTs and can refuse a batch
 that holds a poison row (naming nothing, or naming it), answer a chosen status (to every POST, every
-n-th one, or those carrying cache entries), stall (by the POST, or by its items), or swallow a POST with an empty 200 as a middlebox.
+n-th one, or those carrying cache or inbox entries), stall (by the POST, or by its items), or swallow a POST with an empty 200 as a middlebox.
 A poison id may name a row (``checkpoint_id``) or an inbox entry (``signal_id``).
 """
 
@@ -50,6 +50,7 @@ class Faults:
     stall_per_item: float = 0.0  # ... and this many more for each item it carries
     swallow: bool = False  # answer 200 with an empty body and forward nothing (a middlebox)
     refuse_cache: int | None = None  # answer this status to a POST that carries cache entries
+    refuse_signals: int | None = None  # ... or inbox entries
     fail_every: int = 0  # answer 503 to every n-th POST (0: never)
     posts: int = 0
     gets: list[str] = field(default_factory=list)
@@ -105,6 +106,12 @@ class FaultLayer:
                 send, f.refuse_cache, {"error": "injected"}, [(b"content-type", b"application/json")]
             )
             f.statuses.append(f.refuse_cache)
+            return
+        if f.refuse_signals is not None and sids:
+            await _answer(
+                send, f.refuse_signals, {"error": "injected"}, [(b"content-type", b"application/json")]
+            )
+            f.statuses.append(f.refuse_signals)
             return
         if f.status is not None and f.times != 0:
             f.times -= 1

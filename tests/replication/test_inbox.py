@@ -166,6 +166,40 @@ async def test_a_signal_sent_to_a_waiting_run_and_its_consumption_reach_the_plan
         assert log == ["enter", "enter"]  # resting at "second"
 
 
+async def test_a_plane_that_refuses_the_inbox_never_holds_the_consuming_row_without_the_consumption(
+    store_backend: Backend, plane: Plane
+) -> None:
+    """Every POST carrying inbox entries is answered 503: the row that consumed a signal does not
+    reach the plane meanwhile (a restore would get the signal again). Once the plane takes them,
+    both are there."""
+    agent = collector([])
+    async with store_backend.open() as here:
+        async with ActorSystem(here, runners=[agent]) as system:  # no replicator: nothing sent yet
+            ref = await system.spawn(agent, "collect", execution_id=EID)
+            assert (await ref.result(timeout=20)).status == "waiting"
+            await system.signal(EID, "first", 1)  # the sender has the runner: it wakes the run
+            await eventually(lambda: _rests_at(here, "signal:second"))
+            rows = await system.history(EID)
+        took = [row for row in rows if row.step_type == SIGNAL]
+        assert len(took) == 1
+        plane.faults.refuse_signals = 503
+        replicator = Replicator(plane.url, KEY)
+        async with ActorSystem(here, replicator=replicator):
+            await replicator.drain()
+            assert 503 in plane.faults.statuses
+            entries, remote_rows = await on_plane(plane, EID)
+            assert entries == [] and all(r.seq < took[0].seq for r in remote_rows)
+            plane.faults.refuse_signals = None
+            await sent_all(here, replicator)
+        entries, remote_rows = await on_plane(plane, EID)
+        assert [e.consumed_seq for e in entries] == [took[0].seq] and remote_rows == rows
+
+
+async def _rests_at(store: Store, reason: str) -> bool:
+    newest = await store.latest(EID)
+    return newest is not None and newest.interrupt_reason == reason
+
+
 async def test_a_run_restored_from_the_plane_holds_its_unconsumed_signal_and_wakes_with_it_once(
     store_backend: Backend, tmp_path: Path, plane: Plane
 ) -> None:
