@@ -145,8 +145,8 @@ class Replicator(Actor):
         self._kick_queued = True
 
     async def restore(self, execution_id: str) -> bool:
-        """Restore a run the store lacks from the plane (rows, cache entries, the pending row);
-        whether it was restored. ``False`` without asking when ``TETHER_RESTORE_FROM_PLANE`` is off;
+        """Restore a run the store lacks from the plane (rows, cache entries, the pending row, its
+        unconsumed signals); whether it was restored. ``False`` without asking when ``TETHER_RESTORE_FROM_PLANE`` is off;
         :class:`~replication.PlaneError` if the plane cannot answer."""
         if not restore_enabled():
             return False
