@@ -163,7 +163,9 @@ class KickingStore:
         return await self._store.cache_get(execution_id, key)
 
     async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
-        return await self._store.signal(execution_id, name, payload)
+        found = await self._store.signal(execution_id, name, payload)
+        self._kick()  # the inbox entry is shipped like a row
+        return found
 
     async def signals(
         self, execution_id: str, *, name: str | None = None, consumed_by: int | None = None
@@ -172,6 +174,7 @@ class KickingStore:
 
     async def append_wait(self, row: Checkpoint, name: str | None, wake_at: datetime | None) -> None:
         await self._store.append_wait(row, name, wake_at)
+        self._kick()
 
     async def due_waits(self, limit: int) -> list[tuple[str, int]]:
         return await self._store.due_waits(limit)

@@ -29,13 +29,14 @@ EID = "collect-1"
 KEY = "key-a"
 
 
-def collector(log: list[Any]) -> Agent:
-    """A tool that waits for the signal ``first``, then for ``second``."""
+def collector(log: list[Any], nap: float = 0.0) -> Agent:
+    """A tool that waits for the signal ``first``, then for ``second`` (after ``nap`` seconds)."""
 
     @tool
     async def collect() -> str:
         """Wait for two signals."""
         log.append("enter")
+        await anyio.sleep(nap)
         first = await wait_signal("first")
         second = await wait_signal("second")
         log.append(("after", first, second))
@@ -138,17 +139,34 @@ async def test_a_signal_sent_to_a_waiting_run_and_its_consumption_reach_the_plan
     store_backend: Backend, tmp_path: Path, plane: Plane
 ) -> None:
     log: list[Any] = []
-    agent = collector(log)
+    agent = collector(log, nap=1.0)  # the rows before the wait are sent before it is written
     async with store_backend.open() as here:
-        replicator = Replicator(plane.url, KEY)
-        async with ActorSystem(here, runners=[agent], replicator=replicator) as system:
+        async with ActorSystem(here, runners=[agent], replicator=Replicator(plane.url, KEY)) as system:
             ref = await system.spawn(agent, "collect", execution_id=EID)
             assert (await ref.result(timeout=20)).status == "waiting"
-        first = await signal_from_afar(here, plane, "first", {"n": 1})
-        entries, _ = await on_plane(plane, EID)
-        assert [(e.signal_id, e.name, e.payload, e.consumed_seq) for e in entries] == [
-            (first.signal_id, "first", {"n": 1}, None)  # on the plane as sent, not yet consumed
-        ]
+            resting = await system.history(EID)
+
+            async def rests_on_the_plane() -> bool:
+                """The wait row's commit kicked the replicator: the plane holds it (no drain asked)."""
+                return (await on_plane(plane, EID))[1] == resting
+
+            await eventually(rests_on_the_plane)
+        # a sender without the runner (it wakes nothing): the signal stays in the inbox
+        replicator = Replicator(plane.url, KEY)
+        async with ActorSystem(here, replicator=replicator) as sender:
+            await replicator.drain()
+            await anyio.sleep(0.5)  # nothing left to send, no drain pending
+            await sender.signal(EID, "first", {"n": 1})
+            first = (await here.signals(EID))[0]
+
+            async def sent_on_the_plane() -> bool:
+                """The signal's commit kicked the replicator: the plane holds it as sent."""
+                entries = (await on_plane(plane, EID))[0]
+                return [(e.signal_id, e.name, e.payload, e.consumed_seq) for e in entries] == [
+                    (first.signal_id, "first", {"n": 1}, None)
+                ]
+
+            await eventually(sent_on_the_plane)
         assert first.signal_id and first.consumed_seq is None
 
         replicator = Replicator(plane.url, KEY)
