@@ -276,6 +276,7 @@ class ReplicatedStore(Protocol):
         the row did to its own store's inbox is done again here (the signals it consumed arrive
         as entries of their own: :meth:`copy_signals`), and no ownership is taken."""
 
+
 @runtime_checkable
 class OwnedStore(Store, Protocol):
     """A :class:`Store` that records run ownership (``stores._owners``): what a fleet needs to

@@ -22,7 +22,12 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from ._errors import AlreadyResumed, RunNotFound, SerializationError, check_execution_id, signal_to_completed, signal_to_no_run
+from ._errors import (
+    SerializationError,
+    check_execution_id,
+    signal_to_completed,
+    signal_to_no_run,
+)
 from ._json import decode, encode
 from ._model import COMPLETED, INTERRUPTED, LLM_CALL, RUN_END, SIGNAL, WAIT, WAKE, Checkpoint
 

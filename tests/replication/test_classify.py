@@ -74,17 +74,17 @@ def test_inbox_entries_need_their_own_acknowledgment_and_are_named_by_signal_id(
         }
     )
     answer = classify(200, carried, headers(), signals=True)
-    assert answer.outcome is Outcome.ACCEPTED
+    assert answer.outcome is Verdict.ACCEPTED
     assert (answer.rejections, answer.signal_rejections) == ({"c": "rejected"}, {"s": "too big"})
     for content in (ACK, b'{"accepted": 1, "signals": "1", "rejections": []}'):
         old = classify(200, content, headers(), signals=True)  # a plane that does not take them
-        assert old.outcome is Outcome.FAILED and 'no "signals" count' in old.explanation
-    assert classify(200, ACK, headers()).outcome is Outcome.ACCEPTED  # none carried: none needed
+        assert old.outcome is Verdict.FAILED and 'no "signals" count' in old.explanation
+    assert classify(200, ACK, headers()).outcome is Verdict.ACCEPTED  # none carried: none needed
     refused = classify(
         422, msgspec.json.encode({"rejections": [{"signal_id": "s", "reason": "r"}]}), headers()
     )
     assert (refused.outcome, refused.rejections, refused.signal_rejections) == (
-        Outcome.REFUSED,
+        Verdict.REFUSED,
         {},
         {"s": "r"},
     )
