@@ -21,7 +21,7 @@ from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
 from ._owners import BaseOwnedStore, Ownership
-from ._watch import RowWatch
+from ._watch import WAITS, RowWatch
 
 __all__ = [
     "INTENT_PREFIX",
@@ -123,6 +123,12 @@ class BaseStore(BaseOwnedStore):
         """A :class:`~stores._watch.RowWatch` on the run: its waits end when a row may have been
         written, here by polling (a backend that hears of new rows overrides this)."""
         return RowWatch(execution_id)
+
+    def watch_waits(self) -> RowWatch:
+        """A watch on the store's resting runs: its waits end when a signal may have made one due
+        in any process, here by polling (a backend that hears of signals overrides this); the
+        reader then reads :meth:`next_wake` / :meth:`due_waits`."""
+        return RowWatch(WAITS)
 
     def _refuse_closed(self) -> None:
         """Raise ``StoreUnavailable`` if the store is closed."""

@@ -167,6 +167,12 @@ class Store(Protocol):
         """Forget the run's wait recorded at ``seq`` (it was woken, or it is not the run's newest
         row any more); a later wait of the run is kept."""
 
+    def watch_waits(self) -> RowWatch:
+        """A handle whose bounded waits end when a signal may have made a resting run due, sent
+        by any process (a notice, or the poll interval); its reader then reads
+        :meth:`next_wake` and :meth:`due_waits`. One per process, whatever the number of resting
+        runs; see :mod:`stores._watch`."""
+
     async def put_schedule(self, schedule: StoredSchedule) -> None:
         """Insert or update the schedule of that name; an update with the same timing (cron,
         every) keeps the stored next tick."""

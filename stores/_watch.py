@@ -6,6 +6,11 @@ returns when the store heard that the run got a row (PostgreSQL: ``LISTEN``/``NO
 ``stores.postgres._notices``) or after the poll interval (SQLite, or PostgreSQL while its
 listening connection is down). A notice that arrives while the reader is busy reading is kept, so
 the next wait returns at once: no row is missed between a read and the following wait.
+
+A watch on the store's resting runs (``Store.watch_waits``) is a :class:`RowWatch` under the key
+:data:`WAITS`: its waits end when a signal made a waiting run due, in any process (PostgreSQL: the
+signal's ``NOTIFY``), or after the poll interval (SQLite), and its reader then reads the store's
+index of waits: one watch per process, however many runs rest.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from typing import Final
 
 import anyio
 
-__all__ = ["POLL_INTERVAL", "RowWatch"]
+__all__ = ["POLL_INTERVAL", "WAITS", "RowWatch"]
 
 #: How long a watch waits at most before the reader reads again (SQLite polls at this pace).
 POLL_INTERVAL: Final = 0.2
+#: The key of a watch on the store's resting runs: no run's id is empty.
+WAITS: Final = ""
 
 
 class RowWatch:

@@ -107,7 +107,7 @@ class RunActor(Actor):
         opening: Opening | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
         let_go: set[str] | None = None,
-        on_rest: Callable[[datetime], None] | None = None,
+        on_rest: Callable[[datetime | None], None] | None = None,
     ) -> None:
         self._on_rest = on_rest
         self.store = store
@@ -269,7 +269,7 @@ class RunActor(Actor):
             reply.settle(None, error)
         else:
             reply.settle(result, None)
-            if result.wake_at is not None and result.status == "waiting" and self._on_rest is not None:
+            if result.status == "waiting" and self._on_rest is not None:
                 self._on_rest(result.wake_at)
 
     def _warn_stopped(self) -> None:

@@ -162,8 +162,9 @@ class Runs:
         # The newest reply of a message delivered to each run, while it may be unsettled (``ref()``).
         self._inflight: dict[str, Reply] = {}
         self._inflight_bound = _INFLIGHT_MIN
-        #: Told of each run that rests here with a time (the process's timers: ``_timers``).
-        self.on_rest: Callable[[datetime], None] | None = None
+        #: Told of each run that rests here, and its time if it has one (the process's timers,
+        #: ``_timers``, which then also hear of signals sent to it from other processes).
+        self.on_rest: Callable[[datetime | None], None] | None = None
 
     def background(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Run ``fn()`` as a task of this system until it closes (``False``: it is not open)."""

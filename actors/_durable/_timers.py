@@ -1,23 +1,26 @@
-"""The durable timers of one process: resting runs woken at their time by the system still open.
+"""The durable timers of one process: its resting runs woken, by the system still open, at their
+time or when another process signals them.
 
-A run that rests with a time (``sleep``, ``wait_signal(timeout=...)``) costs no task: this process
-keeps only the earliest time it was told of, and one task (started on the first such rest) that
-sleeps until then, wakes the due runs it has the runner for (read from the store's index of
-waits, as a worker's sweep does) and asks the store for the next time. So the memory does not grow
-with the number of resting runs, and a run killed while asleep is woken by the next process that
-serves (``serve``, ``tether worker``), late but exactly once: a wake is one activation of the run,
-refused to any other, and the tool's ``wake`` row is written once.
+A run that rests (``wait_signal``, ``sleep``) costs no task: this process keeps only the earliest
+time it was told of, and one task (started on the first rest) that waits on the store's watch on
+waits (``Store.watch_waits``: a signal's ``NOTIFY`` on PostgreSQL, the poll on SQLite) until that
+time, then wakes the due runs it has the runner for (read from the store's index of waits, as a
+worker's sweep does) and asks the store for the next time. So the memory does not grow with the
+number of resting runs, and a run killed while it rests is woken by the next process that serves
+(``serve``, ``tether worker``), late but exactly once: a wake is one activation of the run,
+refused to any other, and the tool's ``signal`` or ``wake`` row is written once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 import anyio
 
-from stores import Store, StoreError, utcnow
+from stores import RowWatch, Store, StoreError, utcnow
 
 from .._core import tether_logger
 
@@ -25,8 +28,10 @@ __all__ = ["Timers"]
 
 _log = tether_logger()
 #: How long the timer waits before it looks again at a store that failed, or at a due wake it
-#: could not drive (another process's runner): seconds.
+#: could not drive (another process's runner, or one being woken): seconds, doubled while a look
+#: drives nothing, up to :data:`_LONGEST_RETRY`.
 _RETRY: Final = 1.0
+_LONGEST_RETRY: Final = 30.0
 #: How many due runs one look wakes.
 _BATCH: Final = 100
 
@@ -45,49 +50,78 @@ class Timers:
         self._start = start
         self._wake_due = wake_due
         self._next: datetime | None = None
-        self._changed: anyio.Event | None = None
+        #: A poll does not look at due runs before this (``anyio.current_time()``): those it saw
+        #: last were not this process's to drive.
+        self._quiet_until = 0.0
+        self._retry = _RETRY
+        self._sleep: anyio.CancelScope | None = None
         self._running = False
 
-    def arm(self, when: datetime) -> None:
-        """A run of this process rests until ``when``: be awake then."""
-        if self._next is not None and self._next <= when:
-            return
-        self._next = when
+    def arm(self, when: datetime | None) -> None:
+        """A run of this process rests, until ``when`` if it has a time: be awake then, and hear
+        the signals any process sends to the store's resting runs meanwhile."""
+        if when is not None and (self._next is None or when < self._next):
+            self._next = when
+            if self._sleep is not None:
+                self._sleep.cancel()  # wait again, until the earlier time
         if not self._running:
             self._running = self._start(self._run)
-        elif self._changed is not None:
-            self._changed.set()
 
     async def _run(self) -> None:
+        watch: RowWatch | None = None
         try:
             while True:
-                if self._next is None:
-                    self._changed = anyio.Event()
-                    await self._changed.wait()
-                    continue
-                delay = (self._next - utcnow()).total_seconds()
-                if delay > 0:
-                    self._changed = anyio.Event()
-                    with anyio.move_on_after(delay):
-                        await self._changed.wait()
-                    continue
-                self._next = None
-                await self._look()
+                try:
+                    store = await self._store()
+                    if watch is None:
+                        watch = store.watch_waits()
+                    heard = await self._wait(watch)
+                    if heard is None:  # armed for an earlier time meanwhile
+                        continue
+                    if heard or (self._next is not None and self._next <= utcnow()):
+                        await self._look(store)
+                    elif anyio.current_time() >= self._quiet_until:
+                        await self._poll(store)
+                except StoreError as error:
+                    _log.warning("timers: store unusable, looking again", error=repr(error))
+                    await anyio.sleep(_RETRY)
+                    self._next = utcnow()
         finally:
+            if watch is not None:
+                watch.close()
             self._running = False
 
-    async def _look(self) -> None:
+    async def _wait(self, watch: RowWatch) -> bool | None:
+        """Wait on the store's watch until the next time: whether a signal was heard (``False``:
+        the time came, or the watch's poll), ``None`` when :meth:`arm` set an earlier time."""
+        timeout = math.inf if self._next is None else max(0.0, (self._next - utcnow()).total_seconds())
+        with anyio.CancelScope() as scope:
+            self._sleep = scope
+            try:
+                return await watch.wait(timeout)
+            finally:
+                self._sleep = None
+        return None
+
+    async def _poll(self, store: Store) -> None:
+        """The watch's poll (SQLite hears no signal of another process; PostgreSQL's safety net):
+        one read of the index's first entry, and a look when a run is due by it."""
+        found = await store.next_wake()
+        if found is not None and found <= utcnow():
+            await self._look(store)
+        elif found is not None and (self._next is None or found < self._next):
+            self._next = found
+
+    async def _look(self, store: Store) -> None:
         """Wake what is due, then set the next time from the store's index."""
-        try:
-            store = await self._store()
-            await self._wake_due(store, _BATCH)
-            found = await store.next_wake()
-        except StoreError as error:
-            _log.warning("timers: store unusable, looking again", error=repr(error))
-            found = utcnow()
-        if found is None:
-            return
-        soonest = utcnow() + timedelta(seconds=_RETRY)  # due, yet not ours (or being woken): later
-        when = max(found, soonest) if found <= utcnow() else found
-        if self._next is None or when < self._next:
-            self._next = when
+        self._next = None
+        woken = await self._wake_due(store, _BATCH)
+        found = await store.next_wake()
+        if found is not None and found <= utcnow():  # due, yet not ours (or being woken): later
+            self._retry = _RETRY if woken else min(2 * self._retry, _LONGEST_RETRY)
+            self._quiet_until = anyio.current_time() + self._retry
+            found = utcnow() + timedelta(seconds=self._retry)
+        else:
+            self._retry = _RETRY
+        if found is not None and (self._next is None or found < self._next):
+            self._next = found

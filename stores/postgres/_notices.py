@@ -3,7 +3,9 @@
 Every write statement notifies the schema's channel with the run's id (``stores.postgres._sql``),
 delivered when it commits. The listening connection is opened by the first wait of a watch and
 re-opened by a later wait when it was lost; while it is down, watches fall back to polling
-(their waits are bounded in any case), so a lost notice costs latency, never a row.
+(their waits are bounded in any case), so a lost notice costs latency, never a row. A write that
+makes a resting run due notifies the same channel with the empty payload (``stores._watch.WAITS``),
+which wakes the store's watches on waits.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Final
 
 from .._model import BOOKKEEPING_STEPS, LLM_CALL, RUN_END
 from .._signals import MESSAGE
+from .._watch import WAITS
 
 __all__ = ["BATCH_COLUMNS", "COLUMN_COUNT", "HELD_KEYS", "SIGNAL_COLUMNS", "notice_channel", "statements"]
 
@@ -57,6 +58,9 @@ _SENT: Final = "(synced OR NOT EXISTS (SELECT 1 FROM {s}.replica))"
 # Every write tells listeners of the schema's channel ``{n}`` which run got a row (delivered at
 # commit; the payload is the id, cut to fit NOTIFY's limit). See ``stores.postgres._notices``.
 _NOTICE: Final = "pg_notify('{n}', left(r.execution_id, 1000))"
+# A write that makes a resting run due (a signal it waits for; a wait whose signal is there already)
+# tells the store's watches on waits, under the payload no run id has (``stores._watch.WAITS``).
+_WAKE: Final = f"pg_notify('{{n}}', '{WAITS}')"
 #: The advisory keys held now, as ``pg_locks`` shows a 64-bit key (classid the high half, objid the low).
 HELD_KEYS: Final = (
     "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks l "
@@ -180,9 +184,11 @@ WITH h AS (
 ), k AS (
     UPDATE {{s}}.run_waits SET wake_at = $4 WHERE execution_id = $1 AND name = $2
         AND (wake_at IS NULL OR wake_at > $4) AND EXISTS (SELECT 1 FROM i)
+    RETURNING 1
 )
 SELECT h.step_type, h.status, (SELECT id FROM i) AS id,
-       (SELECT count(*) FROM (SELECT pg_notify('{{n}}', left($1, 1000)) FROM i) n) AS noticed
+       (SELECT count(*) FROM (SELECT pg_notify('{{n}}', left($1, 1000)) FROM i) n) AS noticed,
+       (SELECT count(*) FROM (SELECT {_WAKE} FROM k) w) AS woken
 FROM (SELECT 1) AS one LEFT JOIN h ON true""",
     # A run's unconsumed signals, oldest first ($2: of that name only; NULL: all).
     "signals_open": f"SELECT {SIGNAL_COLUMNS} FROM {{s}}.signals "
@@ -229,9 +235,11 @@ WITH r AS (
     FROM r
     ON CONFLICT (execution_id) DO UPDATE
         SET seq = excluded.seq, name = excluded.name, wake_at = excluded.wake_at
+    RETURNING wake_at = $25::timestamptz AS due
 ), x AS (DELETE FROM {{s}}.run_owners WHERE $24::text IS NOT NULL AND execution_id = $2
       AND owner = $24::text AND EXISTS (SELECT 1 FROM r))
-SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n""",
+SELECT (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS written,
+       (SELECT count(*) FROM (SELECT {_WAKE} FROM q WHERE q.due) w) AS woken""",
     "due_waits": "SELECT execution_id, seq FROM {s}.run_waits WHERE wake_at <= $1 ORDER BY wake_at LIMIT $2",
     "next_wake": "SELECT min(wake_at) FROM {s}.run_waits WHERE wake_at IS NOT NULL",
     "settle_wait": "DELETE FROM {s}.run_waits WHERE execution_id = $1 AND seq = $2",

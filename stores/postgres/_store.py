@@ -45,7 +45,7 @@ from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
 from .._signals import SignalsWaiting
-from .._watch import RowWatch
+from .._watch import WAITS, RowWatch
 from ._appends import GroupAppends, Queued
 from ._bridge import Bridge
 from ._connection import (
@@ -394,6 +394,11 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
     def watch(self, execution_id: str) -> RowWatch:
         """A watch on the run woken by the rows' ``NOTIFY`` (any process), polling as a fallback."""
         return self._notices.watch(execution_id)
+
+    def watch_waits(self) -> RowWatch:
+        """A watch on the resting runs woken by a signal's ``NOTIFY`` when it made one due (any
+        process), and by a ``wait`` row due at once; polling as a fallback."""
+        return self._notices.watch(WAITS)
 
     async def pending(
         self,

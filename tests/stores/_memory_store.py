@@ -54,7 +54,7 @@ from stores._signals import (
     refuse_signal,
     restored_wait,
 )
-from stores._watch import RowWatch
+from stores._watch import WAITS, RowWatch
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
 
@@ -382,6 +382,9 @@ class MemoryStore(MemoryInboxOutbox):
 
     def watch(self, execution_id: str) -> RowWatch:
         return RowWatch(execution_id)
+
+    def watch_waits(self) -> RowWatch:
+        return RowWatch(WAITS)
 
     async def pending(
         self,

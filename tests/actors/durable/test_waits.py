@@ -93,6 +93,34 @@ async def test_a_waiting_run_holds_no_task_and_a_signal_from_another_process_wak
         assert await store.signals(eid) == []
 
 
+async def test_the_open_system_wakes_its_waiting_run_when_another_process_signals_it(
+    store_backend: Backend,
+) -> None:
+    """No worker serves and the sender has no runner: the system the run rests in, still open,
+    hears the signal (PostgreSQL: its notice; SQLite: its one poll of the index of waits) and wakes
+    the run, once, within a bound far below any wait's time (it has none)."""
+    log: list[Any] = []
+    agent = _waiter(log)
+    async with (
+        store_backend.open() as store,
+        ActorSystem(store, runners=[agent]) as system,
+        sender(store_backend) as child,
+    ):
+        ref = await system.spawn(agent, "wait")
+        assert (await ref.result()).status == "waiting"
+        eid = ref.execution_id
+        await anyio.sleep(0.5)  # resting: no task of the run is left to see the signal
+        sent = time.monotonic()
+        assert await child.send(eid, "go", {"n": 7}) == "sent"
+        await _until(system, eid, "completed", timeout=10)
+        assert time.monotonic() - sent < 2.0
+        await anyio.sleep(0.5)  # a second wake, were there one, would show in this time
+        assert log == ["enter", "enter", ("after", Signal("go", {"n": 7}))]  # after the wait: once
+        kinds = [row.step_type for row in await system.history(eid)]
+        assert kinds.count(WAIT) == 1 and kinds.count(SIGNAL) == 1
+        assert await store.due_waits(10) == []
+
+
 async def test_a_signal_sent_before_the_wait_is_found_by_it(store_backend: Backend) -> None:
     log: list[Any] = []
     agent = _waiter(log)
