@@ -39,15 +39,18 @@ PG_INSIDE = {
 
 
 class _Counter:
-    """Statements sent by the store's connections while ``counting``."""
+    """Statements sent by the store's connections while ``counting`` (SQLite's also kept as text)."""
 
     def __init__(self) -> None:
         self.counting = False
         self.count = 0
+        self.texts: list[str] = []
 
-    def statement(self, *_: Any) -> None:
+    def statement(self, *found: Any) -> None:
         if self.counting:
             self.count += 1
+            if found and isinstance(found[0], str):  # SQLite's trace gives the statement's text
+                self.texts.append(found[0])
 
 
 @contextmanager

@@ -150,6 +150,29 @@ def store_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return Backend("postgres", pg.dsn, pg.schema)
 
 
+class Counter:
+    """Counts the statements sent by every asyncpg connection (the pool's and the held writers'),
+    directly or through a statement it prepared (preparing one runs nothing, as the driver's own
+    prepare of a query it has not seen before is not counted either)."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
+            monkeypatch.setattr(
+                asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
+            )
+        for name in ("fetch", "fetchrow", "fetchval", "executemany"):
+            statement = asyncpg.prepared_stmt.PreparedStatement
+            monkeypatch.setattr(statement, name, self._counted(name, getattr(statement, name)))
+
+    def _counted(self, name: str, method: Any) -> Any:
+        def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
+            self.calls.append(name)
+            return method(conn, *args, **kw)
+
+        return call
+
+
 # -- a schema-1 database (messages in their own table), for the migration tests ------------------
 
 #: Rows of a schema-1 database: (execution_id, seq, agent_path, log_id, message_count). Log "a" is

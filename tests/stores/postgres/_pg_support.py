@@ -10,9 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from conftest import PgSchema, pg_base_dsn
+from conftest import Counter, PgSchema, pg_base_dsn
 
 from stores import (
     Checkpoint,
@@ -72,29 +71,6 @@ def resume_row(eid: str, seq: int, target: int) -> Checkpoint:
         step_type="resume",
         node_input={"resume": {"approved": True}, "reentry_seq": target},
     )
-
-
-class Counter:
-    """Counts the statements sent by every asyncpg connection (the pool's and the held writers'),
-    directly or through a statement it prepared (preparing one runs nothing, as the driver's own
-    prepare of a query it has not seen before is not counted either)."""
-
-    def __init__(self, store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[str] = []
-        for name in ("fetch", "fetchrow", "fetchval", "execute", "executemany"):
-            monkeypatch.setattr(
-                asyncpg.Connection, name, self._counted(name, getattr(asyncpg.Connection, name))
-            )
-        for name in ("fetch", "fetchrow", "fetchval", "executemany"):
-            statement = asyncpg.prepared_stmt.PreparedStatement
-            monkeypatch.setattr(statement, name, self._counted(name, getattr(statement, name)))
-
-    def _counted(self, name: str, method: Any) -> Any:
-        def call(conn: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
-            self.calls.append(name)
-            return method(conn, *args, **kw)
-
-        return call
 
 
 def closed_port() -> int:
