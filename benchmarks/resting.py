@@ -1,15 +1,28 @@
-"""Resting runs: what runs waiting for a signal cost a process, and what a worker's wake-up scan costs.
+"""Resting runs: what runs waiting for a signal cost a process, beside the bare store, and what a
+worker's wake-up scan costs.
 
-    python -m benchmarks.resting [--runs 10000] [--first 2000] [--sizes 1000,10000,100000] [--tiny]
+    python -m benchmarks.resting [--runs 10000] [--first 2000] [--batch 250]
+                                 [--sizes 1000,10000,100000] [--tiny]
 
-Memory. One process spawns ``--runs`` runs whose tool calls ``wait_signal("go")`` (rows
-``turn:0``, ``turn:0/tool:wait_for_go`` and its ``wait`` row), ``--batch`` at once, each awaited
-until it reports ``waiting``. At ``--first`` and at ``--runs`` resting runs it is measured after
-``gc.collect()``: Python memory (``tracemalloc``, current), live actor tasks and the runs listed live.
-The store keeps a bounded memory of the message logs of the 1,024 runs it wrote last, so from
-``--first`` on what grows per run is the framework's: the target is at most :data:`TARGET_BYTES`
-per resting run (allocator and ``tracemalloc`` noise), no live actor and no run listed live. One of
-the runs is then signalled and completes.
+Memory. Two sides, each measured in a fresh process of its own with ``tracemalloc`` on from its
+start, on SQLite (``synchronous=NORMAL``):
+
+* tether: one ``ActorSystem`` spawns ``--runs`` runs whose tool calls ``wait_signal("go")`` (rows
+  ``turn:0``, ``turn:0/tool:wait_for_go`` and its ``wait`` row), ``--batch`` at once, each awaited
+  until it reports ``waiting``. Their ids are made from a counter: the benchmark keeps none of them.
+* bare store: the same rows for each run (those of one tether run, read back and decoded afresh
+  for each run) written through ``Store.append`` and ``Store.append_wait`` between ``try_lock`` and
+  ``unlock``, as the run actor does, ``--batch`` runs at once.
+
+Each side is measured at ``--first`` and at ``--runs`` resting runs, once its work has settled (no
+run actor left, and on the tether side the activations' release bounds passed: asyncio keeps a
+cancelled timer, and the context it was set in, until its time) and after ``gc.collect()``: Python memory (``tracemalloc``, current), the runs whose
+message logs the store remembers (its cache, at most 1,024 runs; SQLite's own page cache is outside
+Python), live actor tasks and runs listed live. What the bare store grows by per run is the store's;
+what tether grows by beyond it is the system's, whose target is at most :data:`TARGET_BYTES` per
+resting run: allocator and ``tracemalloc`` noise, below the cost of a dict or set entry per run (30
+B or more). With ``--first`` past 1,024 the store's cache is full at both measurements. Then one
+tether run is signalled and completes.
 
 Scan. A worker finds due runs by ``Store.due_waits`` and its next wake by ``Store.next_wake``: one
 range of the ``run_waits`` index each. The store is filled with ``--sizes`` resting runs (index rows
@@ -20,34 +33,59 @@ ratio of the largest size's time to the smallest's is printed, flat when it stay
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import json
 import os
 import sqlite3
 import statistics
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 import anyio
+import msgspec
 
 from actors import ActorSystem, Agent, tool, wait_signal
+from actors._durable._run_actor import _UNLOCK_TIMEOUT as RELEASE_BOUND
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import SQLiteStore, utcnow
+from benchmarks._common import measure_child
+from stores import WAIT, Checkpoint, SQLiteStore, new_id, utcnow
 
-#: The framework's memory per resting run from ``--first`` to ``--runs``, at most this many bytes.
-TARGET_BYTES: Final = 16.0
+#: The system's memory per resting run beyond the bare store's, at most this many bytes.
+TARGET_BYTES: Final = 8.0
 #: Rounds of each timed read (the median is printed).
 ROUNDS: Final = 21
+#: How long one side may take: a measurement that takes this long is broken, not slow.
+CHILD_TIMEOUT: Final = 1800.0
+#: The signal each run waits for.
+SIGNAL: Final = "go"
+#: Seconds a side rests before it is measured, for what runs on other threads to end.
+_SETTLE: Final = 0.2
+#: How many cursors of a connection Python's sqlite3 makes between two drops of the dead ones' weak
+#: references (and one more).
+_CURSORS: Final = 201
+
+
+class Sample(NamedTuple):
+    """One side measured with ``resting`` runs resting."""
+
+    resting: int
+    traced: int  #: bytes, tracemalloc current after gc
+    cached: int  #: runs whose message logs the store remembers
+    actors: int  #: live actor tasks
+    live: int  #: runs listed live by the system's durable half
 
 
 def _agent() -> Agent:
     @tool
     async def wait_for_go() -> str:
         """Wait for the signal go."""
-        got = await wait_signal("go")
+        got = await wait_signal(SIGNAL)
         return f"went {got.payload if got else None}"
 
     def model(messages: list[Message]) -> str | ModelReply:
@@ -58,45 +96,123 @@ def _agent() -> Agent:
     return Agent("rester", FunctionModel(model), tools=[wait_for_go])
 
 
-def _traced() -> int:
+def _run_id(n: int) -> str:
+    return f"rest-{n:07d}"
+
+
+async def _cursors_settled(store: SQLiteStore) -> None:
+    """Python's sqlite3 keeps a weak reference to each cursor a connection made and drops the dead
+    ones every :data:`_CURSORS` cursors, so a measurement finds up to that many by chance (some
+    16 KB a connection: the store's, bounded). Making that many cursors at once on each of the
+    store's connections leaves exactly those, whatever was made before."""
+
+    def make(conn: sqlite3.Connection) -> None:
+        cursors = [conn.cursor() for _ in range(_CURSORS)]
+        for cursor in cursors:
+            cursor.close()
+
+    await store._read(make)
+    await store._write(make)
+
+
+def _sample(resting: int, store: SQLiteStore, system: ActorSystem | None) -> Sample:
     gc.collect()
-    return tracemalloc.get_traced_memory()[0]
+    traced = tracemalloc.get_traced_memory()[0]
+    cached = len(store._logs._runs)
+    if system is None:
+        return Sample(resting, traced, cached, 0, 0)
+    return Sample(resting, traced, cached, system.runtime.live_actors, len(system._runs._live))
 
 
-async def memory(
-    path: Path, runs: int, first: int, batch: int
-) -> tuple[list[tuple[int, int, int, int]], bool]:
-    """Spawn ``runs`` resting runs; (resting, traced bytes, live actors, runs live) at ``first``
-    and at ``runs``; and whether one of them, signalled, completed."""
+async def _batches(start: int, stop: int, batch: int, one: Callable[[int], Awaitable[None]]) -> None:
+    """``one(n)`` for each ``n`` from ``start`` to ``stop``, ``batch`` at once."""
+    for first in range(start, stop, batch):
+        async with anyio.create_task_group() as tg:
+            for n in range(first, min(first + batch, stop)):
+                tg.start_soon(one, n)
+
+
+async def _settled(system: ActorSystem | None) -> None:
+    """Until every run actor has passivated (bounded), then until what the last ones left behind
+    is gone: the store's threads let go of the last transaction they ran, and the timers of the
+    activations' bounded releases (cancelled, each holding its task's context, so its actor, until
+    asyncio drops it at its time) have passed."""
+    with anyio.fail_after(60):
+        while system is not None and system.runtime.live_actors:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    await anyio.sleep(_SETTLE if system is None else _SETTLE + RELEASE_BOUND)
+
+
+async def tether_side(path: Path, first: int, runs: int, batch: int) -> dict[str, Any]:
+    """Rest ``runs`` tether runs, measured at ``first`` and at ``runs``; one of them then signalled."""
     agent = _agent()
-    points: list[tuple[int, int, int, int]] = []
-    ids: list[str] = []
+    samples: list[Sample] = []
     async with (
         SQLiteStore(path, synchronous="NORMAL") as store,
         ActorSystem(store, runners=[agent]) as system,
     ):
-        tracemalloc.start()
 
-        async def one() -> None:
-            ref = await system.spawn(agent, "wait")
-            result = await ref.result()
-            assert result.status == "waiting", result
-            ids.append(ref.execution_id)
+        async def one(n: int) -> None:
+            result = await (await system.spawn(agent, "wait", execution_id=_run_id(n))).result()
+            if result.status != "waiting":
+                raise AssertionError(f"run {n} did not rest: {result}")
 
+        done = 0
         for target in (first, runs):
-            while len(ids) < target:
-                async with anyio.create_task_group() as tg:
-                    for _ in range(min(batch, target - len(ids))):
-                        tg.start_soon(one)
-            live = sum(1 for eid in ids if system._runs.is_live(eid))
-            points.append((len(ids), _traced(), system.runtime.live_actors, live))
-        tracemalloc.stop()
-        await system.signal(ids[0], "go", 1)
+            await _batches(done, target, batch, one)
+            done = target
+            await _settled(system)
+            await _cursors_settled(store)
+            samples.append(_sample(target, store, system))
+        template = msgspec.json.encode(await store.history(_run_id(0))).decode()
+        await system.signal(_run_id(0), SIGNAL, 1)
         with anyio.fail_after(30):
-            while (await system.status(ids[0])).status != "completed":  # noqa: ASYNC110
+            while (await system.status(_run_id(0))).status != "completed":  # noqa: ASYNC110
                 await anyio.sleep(0.02)
-        done = (await system.ref(ids[0]).result()).output == "went 1"
-    return points, done
+        woke = (await system.ref(_run_id(0)).result()).output == "went 1"
+    return {"samples": samples, "template": template, "woke": woke}
+
+
+async def bare_side(path: Path, first: int, runs: int, batch: int, template: str) -> dict[str, Any]:
+    """The bare store given the rows of ``runs`` resting runs (those of ``template``), measured alike."""
+    raw = template.encode()
+    samples: list[Sample] = []
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+
+        async def one(n: int) -> None:
+            eid = _run_id(n)
+            if not await store.try_lock(eid):
+                raise AssertionError(f"bare store: {eid} is locked")
+            try:
+                parent = None
+                for row in msgspec.json.decode(raw, type=list[Checkpoint]):  # fresh objects per run
+                    copy = msgspec.structs.replace(
+                        row,
+                        execution_id=eid,
+                        checkpoint_id=new_id(),
+                        parent_checkpoint_id=parent,
+                        created_at=utcnow(),
+                    )
+                    parent = copy.checkpoint_id
+                    if copy.step_type == WAIT:
+                        await store.append_wait(copy, SIGNAL, None)
+                    else:
+                        await store.append(copy)
+            finally:
+                await store.unlock(eid)  # as the run actor lets go of a run that rests
+
+        done = 0
+        for target in (first, runs):
+            await _batches(done, target, batch, one)
+            done = target
+            await _settled(None)
+            await _cursors_settled(store)
+            samples.append(_sample(target, store, None))
+        for n in (0, runs // 2, runs - 1):
+            newest = await store.latest(_run_id(n))
+            if newest is None or newest.step_type != WAIT:
+                raise AssertionError(f"bare store: run {n} does not rest: {newest}")
+    return {"samples": samples}
 
 
 def _fill(path: Path, size: int) -> None:
@@ -128,6 +244,50 @@ async def scan(path: Path, sizes: list[int]) -> list[tuple[int, float, float]]:
     return out
 
 
+def _measure_here(spec: str) -> None:
+    side, workdir, first, runs, batch, template = json.loads(spec)
+    tracemalloc.start()
+    path = Path(workdir) / f"{side}.db"
+    if side == "tether":
+        found = anyio.run(tether_side, path, first, runs, batch)
+    else:
+        found = anyio.run(bare_side, path, first, runs, batch, template)
+    print(msgspec.json.encode(found).decode())
+
+
+def _in_child(spec: list[Any]) -> dict[str, Any]:
+    """One side, measured in a fresh process of this module (it prints its JSON as its last line)."""
+    last = asyncio.run(measure_child("benchmarks.resting", spec, timeout=CHILD_TIMEOUT, what=str(spec[0])))
+    found: dict[str, Any] = json.loads(last)
+    return found
+
+
+def report(tether: list[Sample], bare: list[Sample], batch: int) -> None:
+    """Print both sides' samples, the growth per run of each and the targets."""
+    print(f"resting runs, sqlite: spawned {batch} at once, each awaited until waiting; after gc.collect()")
+    print(f"{'side':<12}{'resting':>9}{'traced B':>14}{'cached runs':>13}{'actors':>8}{'live':>6}")
+    for name, samples in (("tether", tether), ("bare store", bare)):
+        for s in samples:
+            print(f"{name:<12}{s.resting:>9}{s.traced:>14,}{s.cached:>13,}{s.actors:>8}{s.live:>6}")
+    runs = tether[1].resting - tether[0].resting
+    ours = (tether[1].traced - tether[0].traced) / runs
+    store = (bare[1].traced - bare[0].traced) / runs
+    print(
+        f"growth per resting run from {tether[0].resting} to {tether[1].resting}: tether {ours:,.1f} B "
+        f"traced, bare store {store:,.1f} B traced (the store's cache: {bare[0].cached:,} then "
+        f"{bare[1].cached:,} runs)"
+    )
+    system = ours - store
+    verdict = "PASS" if system <= TARGET_BYTES else "MISS"
+    print(
+        f"target memory: the system's bytes per resting run beyond the bare store's {system:,.1f} B "
+        f"(<= {TARGET_BYTES:g} B): {verdict}"
+    )
+    actors = max(s.actors + s.live for s in tether)
+    print(f"target actors: live actors and runs listed live with every run resting {actors} (= 0): "
+          f"{'PASS' if actors == 0 else 'MISS'}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
@@ -135,34 +295,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=250)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child of measure_child
     args = parser.parse_args(argv)
+    if args.measure:
+        _measure_here(args.measure)
+        return
     if args.tiny:
-        args.runs, args.first, args.batch, args.sizes = 200, 50, 50, "1000,5000"
+        args.runs, args.first, args.batch, args.sizes = 2_700, 1_500, 250, "1000,5000"
+    if not 0 < args.first < args.runs:
+        parser.error("--first must be above 0 and below --runs")
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        points, done = anyio.run(memory, Path(tmp) / "memory.db", args.runs, args.first, args.batch)
+        ours = _in_child(["tether", tmp, args.first, args.runs, args.batch, ""])
+        bare = _in_child(["bare", tmp, args.first, args.runs, args.batch, ours["template"]])
         timings = anyio.run(scan, Path(tmp) / "scan.db", sizes)
         os.sync()
-    print(
-        f"resting runs, sqlite: spawned {args.batch} at once, each awaited until waiting; after gc.collect()"
-    )
-    print(f"{'':8}{'resting':>10}{'traced B':>14}{'actors':>8}{'live':>6}")
-    for resting, traced, actors, live in points:
-        print(f"{'tether':8}{resting:>10}{traced:>14,}{actors:>8}{live:>6}")
-    (n0, b0, *_), (n1, b1, a1, l1) = points
-    per_run = (b1 - b0) / (n1 - n0)
-    print(f"growth per resting run from {n0} to {n1}: {per_run:,.1f} B traced")
-    verdict = "PASS" if per_run <= TARGET_BYTES else "MISS"
-    print(f"target memory: bytes per resting run {per_run:,.1f} B (<= {TARGET_BYTES:g} B): {verdict}")
-    print(f"target actors: live actors and runs listed live with every run resting {a1 + l1} (= 0): "
-          f"{'PASS' if a1 + l1 == 0 else 'MISS'}")  # fmt: skip
+    report([Sample(*s) for s in ours["samples"]], [Sample(*s) for s in bare["samples"]], args.batch)
     print("wake-up scan, sqlite: median of", ROUNDS, "rounds, index rows written directly (10 due)")
     print(f"{'resting':>10}{'due_waits µs':>15}{'next_wake µs':>15}")
     for size, due, nxt in timings:
         print(f"{size:>10,}{due:>15.1f}{nxt:>15.1f}")
     (s0, d0, x0), (s1, d1, x1) = timings[0], timings[-1]
     print(f"ratio {s1:,} / {s0:,} resting runs: due_waits {d1 / d0:.2f}x, next_wake {x1 / x0:.2f}x")
-    print(f"correctness: {'ok' if done else 'FAILED'} (a signalled run woke and completed)")
+    print(f"correctness: {'ok' if ours['woke'] else 'FAILED'} (a signalled run woke and completed)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ The wire messages are ``msgspec`` tagged unions with stable tags (``spawn``, ``f
 one of them to the run actor with the :class:`Reply` slot its sender waits on (in-process only).
 """
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -216,7 +217,7 @@ class Reply:
     so ``spawn`` can raise ``RunExists`` itself.
     """
 
-    __slots__ = ("done", "error", "result", "started")
+    __slots__ = ("done", "error", "on_settle", "result", "started")
 
     def __init__(self) -> None:
         # Most replies are never awaited unset (a spawn's first row is down before ``spawn`` checks).
@@ -224,11 +225,16 @@ class Reply:
         self.done = LazyEvent()
         self.result: RunResult | None = None
         self.error: BaseException | None = None
+        #: Called once it is settled (the system then forgets it: see ``Runs._track``).
+        self.on_settle: Callable[[], None] | None = None
 
     def settle(self, result: RunResult | None, error: BaseException | None) -> None:
         self.result, self.error = result, error
         self.started.set()
         self.done.set()
+        on_settle, self.on_settle = self.on_settle, None
+        if on_settle is not None:
+            on_settle()
 
 
 class Request(Failable):

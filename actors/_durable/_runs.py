@@ -65,8 +65,6 @@ __all__ = ["RunRef", "Runs"]
 _RELEASE_CLEANUP = 10.0
 #: How often a ref waiting for a run another process drives reads its newest row (first, at most).
 _FOLLOW_POLL: Final = (0.02, 0.5)
-#: Replies remembered for ``ref()`` before the settled ones are dropped (then twice those left).
-_INFLIGHT_MIN: Final = 64
 
 
 class RunRef:
@@ -159,9 +157,8 @@ class Runs:
         #: Runs whose ownership release did not reach the store (an outage): they may still name
         #: this process as their owner, so no other sweep lists them; this process's sweeps do.
         self.let_go: set[str] = set()
-        # The newest reply of a message delivered to each run, while it may be unsettled (``ref()``).
+        # The newest reply of a message delivered to each run while it is unsettled (``ref()``).
         self._inflight: dict[str, Reply] = {}
-        self._inflight_bound = _INFLIGHT_MIN
         #: Told of each run that rests here, and its time if it has one (the process's timers,
         #: ``_timers``, which then also hear of signals sent to it from other processes).
         self.on_rest: Callable[[datetime | None], None] | None = None
@@ -432,12 +429,17 @@ class Runs:
         return _StandIn(newest.runner, f"{kind}:{name}")
 
     def _track(self, execution_id: str, reply: Reply) -> None:
-        """Remember ``reply`` as the run's newest (``ref()`` waits on it); settled ones are dropped
-        once there are twice as many as were unsettled at the last drop."""
+        """Remember ``reply`` as the run's newest (``ref()`` waits on it) until it is settled: a
+        run that rests or ends leaves nothing of it here."""
+        if reply.done.is_set():
+            return
         self._inflight[execution_id] = reply
-        if len(self._inflight) > self._inflight_bound:
-            self._inflight = {k: r for k, r in self._inflight.items() if not r.done.is_set()}
-            self._inflight_bound = max(_INFLIGHT_MIN, 2 * len(self._inflight))
+
+        def settled() -> None:
+            if self._inflight.get(execution_id) is reply:
+                del self._inflight[execution_id]
+
+        reply.on_settle = settled
 
     async def report_stop(self, bound: float) -> None:
         """Before a stop: a WARNING per run live here inside a sync tool (which the stop cannot

@@ -176,6 +176,7 @@ class DatabaseThread:
             if job is None:
                 return
             job()  # a job answers its caller itself and never raises (see ``post`` and ``call``)
+            del job  # nor is it kept while the thread waits: a write's batch holds its rows
 
     def post(self, job: Callable[[], None]) -> None:
         """Queue ``job`` for the thread; it must answer its caller itself and must not raise."""
