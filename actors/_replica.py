@@ -185,6 +185,9 @@ class KickingStore:
     async def settle_wait(self, execution_id: str, seq: int) -> None:
         await self._store.settle_wait(execution_id, seq)
 
+    def watch_waits(self) -> RowWatch:
+        return self._store.watch_waits()
+
     async def put_schedule(self, schedule: StoredSchedule) -> None:
         await self._store.put_schedule(schedule)
 
