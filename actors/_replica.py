@@ -179,8 +179,8 @@ class KickingStore:
     async def due_waits(self, limit: int) -> list[tuple[str, int]]:
         return await self._store.due_waits(limit)
 
-    async def next_wake(self) -> datetime | None:
-        return await self._store.next_wake()
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        return await self._store.next_wake(after)
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:
         await self._store.settle_wait(execution_id, seq)

@@ -159,9 +159,9 @@ class Store(Protocol):
         """Up to ``limit`` resting runs due for a wake, the earliest first: ``(execution_id, seq
         of its wait row)``. One range of an index, however many runs rest."""
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest time a resting run is due for a wake (``None``: none has a time): the
-        first entry of an index."""
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        """The earliest time a resting run is due for a wake (``None``: none has a time), or the
+        earliest later than ``after``: the first entry of an index, or of its range."""
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:
         """Forget the run's wait recorded at ``seq`` (it was woken, or it is not the run's newest

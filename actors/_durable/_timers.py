@@ -117,10 +117,14 @@ class Timers:
         self._next = None
         woken = await self._wake_due(store, _BATCH)
         found = await store.next_wake()
-        if found is not None and found <= utcnow():  # due, yet not ours (or being woken): later
+        now = utcnow()
+        if found is not None and found <= now:  # due, yet not ours (or being woken): later
             self._retry = _RETRY if woken else min(2 * self._retry, _LONGEST_RETRY)
             self._quiet_until = anyio.current_time() + self._retry
-            found = utcnow() + timedelta(seconds=self._retry)
+            found = now + timedelta(seconds=self._retry)
+            later = await store.next_wake(after=now)  # a run due meanwhile is not held back
+            if later is not None and later < found:
+                found = later
         else:
             self._retry = _RETRY
         if found is not None and (self._next is None or found < self._next):

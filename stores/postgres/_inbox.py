@@ -118,11 +118,15 @@ class Inbox:
             recs = await pool.fetch(self._sql["due_waits"], utcnow(), limit)
         return [(rec[0], rec[1]) for rec in recs]
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest wake time of a resting run (see :meth:`Store.next_wake`)."""
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        """The earliest wake time of a resting run, or the earliest later than ``after`` (see
+        :meth:`Store.next_wake`)."""
         pool = await self._ready()
         with self._lost():
-            found: datetime | None = await pool.fetchval(self._sql["next_wake"])
+            if after is None:
+                found: datetime | None = await pool.fetchval(self._sql["next_wake"])
+            else:
+                found = await pool.fetchval(self._sql["next_wake_after"], after)
         return found
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:

@@ -242,6 +242,7 @@ SELECT (SELECT count(*) FROM (SELECT {_NOTICE} FROM r) n) AS written,
        (SELECT count(*) FROM (SELECT {_WAKE} FROM q WHERE q.due) w) AS woken""",
     "due_waits": "SELECT execution_id, seq FROM {s}.run_waits WHERE wake_at <= $1 ORDER BY wake_at LIMIT $2",
     "next_wake": "SELECT min(wake_at) FROM {s}.run_waits WHERE wake_at IS NOT NULL",
+    "next_wake_after": "SELECT min(wake_at) FROM {s}.run_waits WHERE wake_at > $1",
     "settle_wait": "DELETE FROM {s}.run_waits WHERE execution_id = $1 AND seq = $2",
     "signals_waiting": f"SELECT EXISTS (SELECT 1 FROM {{s}}.signals WHERE execution_id = $1 "
     f"AND name = '{MESSAGE}' AND consumed_seq IS NULL)",

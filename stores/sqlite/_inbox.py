@@ -200,13 +200,13 @@ class Inbox:
             ]
         )
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest wake time of a resting run (see :meth:`Store.next_wake`)."""
-        found = await self._read(
-            lambda conn: conn.execute(
-                "SELECT min(wake_at) FROM run_waits WHERE wake_at IS NOT NULL"
-            ).fetchone()
-        )
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        """The earliest wake time of a resting run, or the earliest later than ``after`` (see
+        :meth:`Store.next_wake`)."""
+        sql, args = "SELECT min(wake_at) FROM run_waits WHERE wake_at IS NOT NULL", tuple[str, ...]()
+        if after is not None:
+            sql, args = "SELECT min(wake_at) FROM run_waits WHERE wake_at > ?", (ts(after),)
+        found = await self._read(lambda conn: conn.execute(sql, args).fetchone())
         return None if found is None or found[0] is None else dt(found[0])
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:

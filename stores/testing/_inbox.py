@@ -132,6 +132,18 @@ class InboxOutboxTests(ConformanceBase):
                 await box.append_copy(make_row("run-c", 0))
             assert await store.history("run-c") == rows
 
+    async def test_the_next_wake_after_a_time_skips_the_runs_due_by_then(self, store: Store) -> None:
+        with self.bounded():
+            box: Any = self.outbox(store)
+            first, second = utcnow() - timedelta(seconds=5), utcnow() + timedelta(hours=1)
+            for eid, when in (("run-a", first), ("run-b", second)):
+                rows = [make_row(eid, 0), tool_row(eid, 1), wait_row(eid, 2, None, when)]
+                assert await box.import_run(eid, rows, [], None) == 3
+            assert await store.next_wake() == first
+            assert await store.next_wake(after=first) == second  # past a due run held elsewhere
+            assert await store.next_wake(after=utcnow()) == second
+            assert await store.next_wake(after=second) is None
+
     async def test_import_run_brings_its_unconsumed_signals_and_rests_it_at_its_wait(
         self, store: Store
     ) -> None:

@@ -262,8 +262,9 @@ class MemoryStore(MemoryInboxOutbox):
         self.db.schedules[name] = msgspec.structs.replace(found, next_at=next_at, last_run=last_run)
         return True
 
-    async def next_wake(self) -> datetime | None:
-        return min((w[2] for w in self.db.waits.values() if w[2] is not None), default=None)
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        times = (w[2] for w in self.db.waits.values() if w[2] is not None)
+        return min((t for t in times if after is None or t > after), default=None)
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:
         if self.db.waits.get(execution_id, (None,))[0] == seq:

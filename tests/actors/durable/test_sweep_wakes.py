@@ -6,6 +6,7 @@ outage (the wait stays due for a later sweep). The worker-process side is in ``t
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import anyio
@@ -125,3 +126,39 @@ async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Ba
         assert await system.sweep(limit=1) == 1  # a limit of one still wakes a due run
         assert await store.due_waits(10) == []
         assert (await system.status("w4")).status == "completed"
+
+
+async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_backend: Backend) -> None:
+    """Two runs of this system fall due together; another process holds the first: the second is
+    still woken at its time, not at the timers' next look."""
+
+    def napper(seconds: float) -> Agent:
+        @tool
+        async def nap() -> str:
+            """Sleep a moment."""
+            await sleep(seconds)
+            return "rested"
+
+        def model(messages: list[Message]) -> str | ModelReply:
+            if messages[-1].role == "tool":
+                return f"awake: {messages[-1].content}"
+            return ModelReply(tool_calls=[ToolCall("nap", {})])
+
+        return Agent(f"napper-{seconds}", FunctionModel(model), tools=[nap])
+
+    first, second = napper(0.5), napper(0.6)
+    async with store_backend.open() as store, ActorSystem(store, runners=[first, second]) as system:
+        held = await (await system.spawn(first, "go", execution_id="held")).result(timeout=30)
+        free = await (await system.spawn(second, "go", execution_id="free")).result(timeout=30)
+        assert held.status == free.status == "waiting" and free.wake_at is not None
+        other = store_backend.open()
+        async with other:
+            assert await other.try_lock("held")  # another process is waking it
+            with anyio.fail_after(30):
+                while (await system.status("free")).status != "completed":  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            late = time.time() - free.wake_at.timestamp()
+            # The timers look again a second after a due run they could not wake: the free run
+            # must not wait for that look.
+            assert late < 0.8, late
+            await other.unlock("held")
