@@ -154,3 +154,21 @@ async def test_bad_queues_keys_and_priorities_are_refused_writing_nothing(store_
         for eid in ("k1", "k2", "k3"):
             assert await store.latest(eid) is None
         assert await system.runs() == []
+
+
+async def test_a_full_queue_of_many_keys_does_not_hide_the_runs_listed_after_it(
+    store_backend: Backend,
+) -> None:
+    """A full queue is left out of the pass as a whole, not key by key: ten runs of ten keys in a
+    full queue do not use up the pass before the default queue's run is listed."""
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.declare_queues([Queue("q", concurrency=1)])
+        keyed = [f"k{i}" for i in range(10)]
+        for eid in keyed:
+            await system.enqueue(agent, eid, execution_id=eid, queue="q", key=eid, priority=5)
+        await system.enqueue(agent, "d1", execution_id="d1")
+        assert await system.sweep(limit=2) == 2
+        statuses = await _statuses(system, [*keyed, "d1"])
+        assert statuses["d1"] == "completed"
+        assert sorted(statuses.values()).count("completed") == 2
