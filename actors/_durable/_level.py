@@ -370,14 +370,23 @@ class Level:
 
     async def _reenter_nested_origin(self, origin: Checkpoint) -> Next:
         """Re-enter a topology's fork at the copy of its base step; an appended message starts a new
-        model turn of the level that step belongs to."""
-        seq = origin.node_input.get("base_seq")
-        step = next((r for r in await self.store.history(self.execution_id) if r.seq == seq), None)
-        if step is None:
-            raise CheckpointError(f"run {self.execution_id!r}: its fork_origin names no base row {seq!r}")
-        appended = origin.node_input.get("appended")
-        if isinstance(appended, dict):
-            messages = [*step.state_snapshot.get("messages", []), appended]
+        model turn of the level that step belongs to. A base that is itself a fork's origin (a fork
+        from a fork's ``fork_origin`` row) is read through to the step that origin names, with the
+        message it appended before the one appended now."""
+        rows = {row.seq: row for row in await self.store.history(self.execution_id)}
+        appended: list[dict[str, Any]] = []
+        step = origin
+        while step.step_type == FORK_ORIGIN:
+            added = step.node_input.get("appended")
+            if isinstance(added, dict):
+                appended.insert(0, added)
+            seq = step.node_input.get("base_seq")
+            base = rows.get(seq) if isinstance(seq, int) and seq < step.seq else None
+            if base is None:
+                raise CheckpointError(f"run {self.execution_id!r}: its fork_origin names no base row {seq!r}")
+            step = base
+        if appended:
+            messages = [*step.state_snapshot.get("messages", []), *appended]
             kind = step.step_type if step.step_type == HANDOFF else LLM_CALL
             snapshot = {**step.state_snapshot, "messages": messages}
             step = msgspec.structs.replace(step, step_type=kind, state_snapshot=snapshot)
