@@ -1,12 +1,15 @@
 """The plane's client at its edges. How a restore reads the plane's answer to its GET: any 2xx is
 the plane's JSON, 404 is "no such run", and anything else is a ``PlaneError`` that names the URL,
 the status and the plane's words or body (or, for a plane that cannot be reached, the transport's
-error). Which plane URLs a replicator takes, and when it warns that payloads travel in clear. How an
-ingest answer is classified where ``test_classify.py`` leaves off: an acknowledgment of no row, the
-exact words of a missing acknowledgment, a payload refusal whose body names no rows.
+error); every request carries the key, and a store that holds the run never asks. What an ingest
+POST carries, and the warning that names an unreachable plane. Which plane URLs a replicator takes,
+and when it warns that payloads travel in clear. How an ingest answer is classified where
+``test_classify.py`` leaves off: an acknowledgment of no row, the exact words of a missing
+acknowledgment, a payload refusal whose body names no rows.
 
-The plane of the reads is a stand-in on loopback that answers each path with a fixed status and body
-(a ``http.server`` in a thread of this process), since the reference plane answers none of these.
+The plane is a stand-in on loopback (a ``http.server`` in a thread of this process) that answers
+each GET path with a fixed status and body and each ingest POST with its acknowledgment, since the
+reference plane answers none of the odd cases.
 """
 
 from __future__ import annotations
@@ -93,6 +96,13 @@ def plane_answering(routes: Routes, seen: list[Request] | None = None) -> Iterat
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def nothing_listens() -> str:
+    """The URL of a loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def json_answer(status: int, body: object) -> tuple[int, str, bytes]:
@@ -201,10 +211,7 @@ async def test_a_2xx_body_that_is_not_json_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_plane_that_cannot_be_reached_is_named_with_the_transport_error(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nothing listens on once it is closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
+    url = nothing_listens()
     with pytest.raises(PlaneError) as refused:
         await restore(url, tmp_path)
     assert str(refused.value).startswith(f"cannot reach the plane at {url}: ConnectError: ")
@@ -225,6 +232,27 @@ async def test_a_plane_url_with_a_path_and_a_trailing_slash(tmp_path: Path) -> N
         with pytest.raises(PlaneError) as refused:
             await restore(f"{url}/tenantX/", tmp_path)
     assert str(refused.value) == f"GET {url}/tenantX{RUN} answered 503: down"
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_plane_is_named_in_the_warning_that_rows_stay_buffered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    url = nothing_listens()
+    store = SQLiteStore(tmp_path / "here.db")
+    replicator = Replicator(url, KEY, flush_timeout=0.5)
+    with anyio.fail_after(LIMIT):
+        async with store, ActorSystem(store, replicator=replicator):
+            await store.append(make_row("r", 0))
+            report = await replicator.drain()
+    assert report.buffered
+    warned = [
+        r.getMessage() for r in caplog.records if r.name == "tether" and "stay buffered" in r.getMessage()
+    ]
+    assert warned, caplog.records
+    assert warned[0].startswith(f"replicator: {url} answered no response (ConnectError: ")
+    assert "); 1 rows" in warned[0]
 
 
 def test_a_plane_url_is_http_or_https_with_a_host() -> None:
