@@ -43,7 +43,11 @@ def _agent() -> Agent:
 
 
 def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tether" and text in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "tether" and r.getMessage().startswith(f"event='{text}")
+    ]
 
 
 async def test_serve_rides_out_a_failing_store_and_says_so_once(
@@ -114,4 +118,4 @@ async def test_a_cancelled_serve_says_which_runs_it_handed_to_the_fleet(
                 await entered.wait()
             tg.cancel_scope.cancel()
         assert (await system.status("q1")).status == "orphaned"  # handed on, for any worker's sweep
-    assert _said(caplog, "event='runs handed to the fleet' runs=['q1']") != []
+    assert _said(caplog, "runs handed to the fleet' runs=['q1']") != []

@@ -158,7 +158,7 @@ async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_
                 while (await system.status("free")).status != "completed":  # noqa: ASYNC110
                     await anyio.sleep(0.02)
             late = time.time() - free.wake_at.timestamp()
-            # The timers look again a second after a due run they could not wake: the free run
+            # The timers look again at a due run they could not wake a second or more later: the free run
             # must not wait for that look.
             assert late < 0.8, late
             await other.unlock("held")
