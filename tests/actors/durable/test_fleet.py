@@ -152,7 +152,7 @@ async def test_a_run_recovered_too_often_without_a_step_gets_the_failed_marker(
         assert history[-1].state_snapshot["run_reason"] == "max_recoveries"
         assert await system.sweep() == 0
     assert charges == []
-    said = [r.getMessage() for r in caplog.records if "run given up" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("event='run given up'")]
     assert len(said) == 1 and f"execution_id={eid!r}" in said[0], said
     assert "error='gave up after 2 recoveries at turn:0'" in said[0], said
 
