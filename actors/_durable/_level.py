@@ -452,29 +452,11 @@ class Level:
         used id or a store error (a lost lock, a store still unusable after its outage grace), which
         propagate: that writer stops and writes nothing more, and a store error is never a failure.
         """
-        try:
-            return await self._step(step)
-        except PausedSignal as paused:
-            return Paused(paused.pending)
-        except RestedSignal as rested:
-            return Waiting(rested.name, rested.wake_at)
-        except (AlreadyResumed, RunExists, StoreError):
-            raise
-        except Exception as error:
-            return Failed(f"{type(error).__name__}: {error}")
+        return await _ended(self._step(step))
 
     async def after_child(self, outcome: Outcome) -> Next:
         """Take in the outcome of the child this level's last step started (as :meth:`step` does)."""
-        try:
-            return await self._after_child(outcome)
-        except PausedSignal as paused:
-            return Paused(paused.pending)
-        except RestedSignal as rested:
-            return Waiting(rested.name, rested.wake_at)
-        except (AlreadyResumed, RunExists, StoreError):
-            raise
-        except Exception as error:
-            return Failed(f"{type(error).__name__}: {error}")
+        return await _ended(self._after_child(outcome))
 
     async def conclude(self, outcome: Outcome) -> RunResult:
         """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
@@ -587,6 +569,21 @@ class Level:
         name = step.state_snapshot.get("tool_name")
         if step.step_type in (TOOL_CALL, HITL_PAUSE, WAIT) and isinstance(name, str):
             self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
+
+
+async def _ended(work: Awaitable[Next]) -> Next:
+    """What ``work`` (a step, or the take-in of a child's outcome) leads to: a pause or a rest it
+    raised as its outcome, an exception as :class:`Failed`, except those that stop the writer."""
+    try:
+        return await work
+    except PausedSignal as paused:
+        return Paused(paused.pending)
+    except RestedSignal as rested:
+        return Waiting(rested.name, rested.wake_at)
+    except (AlreadyResumed, RunExists, StoreError):
+        raise
+    except Exception as error:
+        return Failed(f"{type(error).__name__}: {error}")
 
 
 def storable_text(text: str) -> str:
