@@ -11,7 +11,7 @@ inbox arrives as inbox entries of their own, merged by ``signal_id``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import msgspec
@@ -103,19 +103,8 @@ class Tenant:
         runs: dict[str, list[Checkpoint]] = {}
         broken: set[tuple[str, str]] = set()
         for raw in raw_items:
-            cid = raw.get("checkpoint_id") if isinstance(raw, dict) else None
-            name = cid if isinstance(cid, str) else ""
-            size = len(msgspec.json.encode(raw))
-            if size > MAX_ITEM_BYTES:
-                rejections.append(
-                    _rejected(name, f"item is {size} bytes, over the limit of {MAX_ITEM_BYTES}")
-                )
-                continue
-            try:
-                item = msgspec.convert(raw, Item)
-                item.check()
-            except (msgspec.ValidationError, ValueError) as exc:
-                rejections.append(_rejected(name, f"malformed item: {exc}"))
+            name, item = _checked(raw, Item, "checkpoint_id", "item", rejections)
+            if item is None:
                 continue
             key = (item.execution_id, item.messages.log) if item.messages is not None else None
             if key is not None and key in broken and len(item.messages.new) < item.messages.count:  # type: ignore[union-attr]
@@ -152,21 +141,9 @@ class Tenant:
         (the rest are rejected per entry, by ``signal_id``)."""
         entries: list[StoredSignal] = []
         for raw in raw_signals:
-            sid = raw.get("signal_id") if isinstance(raw, dict) else None
-            name = sid if isinstance(sid, str) else ""
-            size = len(msgspec.json.encode(raw))
-            if size > MAX_ITEM_BYTES:
-                rejections.append(
-                    _refused(name, f"inbox entry is {size} bytes, over the limit of {MAX_ITEM_BYTES}")
-                )
-                continue
-            try:
-                item = msgspec.convert(raw, SignalItem)
-                item.check()
-            except (msgspec.ValidationError, ValueError) as exc:
-                rejections.append(_refused(name, f"malformed inbox entry: {exc}"))
-                continue
-            entries.append(item.entry())
+            item = _checked(raw, SignalItem, "signal_id", "inbox entry", rejections)[1]
+            if item is not None:
+                entries.append(item.entry())
         if not entries:
             return 0
         refused = await self.box.copy_signals(entries)
@@ -229,6 +206,32 @@ class Tenant:
                 }
             )
         return out
+
+
+_Wire = TypeVar("_Wire", Item, SignalItem)
+
+
+def _checked(
+    raw: Any, kind: type[_Wire], id_field: str, what: str, rejections: list[dict[str, Any]]
+) -> tuple[str, _Wire | None]:
+    """The id ``raw`` gives under ``id_field`` (``""``: none) and ``raw`` decoded as ``kind`` and
+    checked; ``None`` in its place when it is too large or malformed (its rejection, named by that
+    id, is added to ``rejections``)."""
+    found = raw.get(id_field) if isinstance(raw, dict) else None
+    name = found if isinstance(found, str) else ""
+    size = len(msgspec.json.encode(raw))
+    if size > MAX_ITEM_BYTES:
+        rejections.append(
+            {id_field: name, "reason": f"{what} is {size} bytes, over the limit of {MAX_ITEM_BYTES}"}
+        )
+        return name, None
+    try:
+        item = msgspec.convert(raw, kind)
+        item.check()
+    except (msgspec.ValidationError, ValueError) as exc:
+        rejections.append({id_field: name, "reason": f"malformed {what}: {exc}"})
+        return name, None
+    return name, item
 
 
 def _refused(signal_id: str, reason: str) -> dict[str, Any]:
