@@ -261,7 +261,7 @@ class BaseOwnedStore:
         try:
             for pause in _TAKE_RECHECKS:
                 owner = await self._hold()
-                if await self._take_once(execution_id, owner):
+                if await self._bounded_take(self._take_row, execution_id, owner):
                     taken = owner
                     break
                 if pause is None:
@@ -310,10 +310,13 @@ class BaseOwnedStore:
             self._own.rode(execution_id, take, release, done=done)
         return value
 
-    async def _take_once(self, execution_id: str, owner: str) -> bool:
-        # Shielded (and bounded): a take's outcome must be known, or its row could outlive it.
+    async def _bounded_take(
+        self, take: Callable[[str, str], Awaitable[T]], execution_id: str, owner: str
+    ) -> T:
+        """``take(execution_id, owner)``, shielded and bounded: a take's outcome must be known, or
+        its row could outlive it. Past the bound the take is undone and ``StoreUnavailable`` raised."""
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
-            took = await self._take_row(execution_id, owner)
+            took = await take(execution_id, owner)
         if scope.cancelled_caught:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
                 await self._release_row(execution_id, owner)
@@ -355,13 +358,7 @@ class BaseOwnedStore:
         owner = await self._hold_or_end(execution_id)
         admission = Admission(False)
         try:
-            # Shielded (and bounded) as a take is: its outcome must be known.
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _TAKE_TIMEOUT) as scope:
-                admission = await self._take_queued_row(execution_id, owner)
-            if scope.cancelled_caught:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
-                    await self._release_row(execution_id, owner)
-                raise take_unfinished(execution_id, _TAKE_TIMEOUT)
+            admission = await self._bounded_take(self._take_queued_row, execution_id, owner)
         finally:
             own.end(execution_id, owner if admission.taken else None)
         if admission.taken:
