@@ -328,18 +328,9 @@ class Replicator(Actor):
             case _:
                 if answer.timed_out:
                     self._limit = max(1, len(rows) // 2)
-                _log.warning(
-                    "replicator: %s answered %s (%s); %d rows, %d cache entries and %d inbox entries "
-                    "stay buffered",
-                    self.url,
-                    answer.status if answer.status is not None else "no response",
-                    answer.explanation,
-                    len(rows),
-                    len(cache),
-                    len(signals),
+                return self._unsent(
+                    answer, f"{len(rows)} rows, {len(cache)} cache entries and {len(signals)} inbox entries"
                 )
-                self._wait(answer.retry_after)
-                return False
 
     async def _post(
         self,
@@ -373,15 +364,7 @@ class Replicator(Actor):
                     answer.explanation,
                 )
             case _:
-                _log.warning(
-                    "replicator: %s answered %s (%s); %d cache entries stay buffered",
-                    self.url,
-                    answer.status if answer.status is not None else "no response",
-                    answer.explanation,
-                    len(entries),
-                )
-                self._wait(answer.retry_after)
-                return False
+                return self._unsent(answer, f"{len(entries)} cache entries")
         await self._cache_sent(box, entries, done)
         return True
 
@@ -417,15 +400,7 @@ class Replicator(Actor):
                     box, entries[mid:], done
                 )
             case _:
-                _log.warning(
-                    "replicator: %s answered %s (%s); %d inbox entries stay buffered",
-                    self.url,
-                    answer.status if answer.status is not None else "no response",
-                    answer.explanation,
-                    len(entries),
-                )
-                self._wait(answer.retry_after)
-                return False
+                return self._unsent(answer, f"{len(entries)} inbox entries")
 
     async def _signals_settled(
         self, box: Any, entries: Sequence[StoredSignal], answer: Answer, done: Drained
@@ -496,6 +471,19 @@ class Replicator(Actor):
             _log.warning("replicator: row %s quarantined: %s", cid, reason)
         await box.mark_quarantined(reasons)
         done.quarantined += len(reasons)
+
+    def _unsent(self, answer: Answer, what: str) -> bool:
+        """Log that the plane could not take ``what`` (it stays buffered) and wait before the
+        next try; ``False``, what a ship answers then."""
+        _log.warning(
+            "replicator: %s answered %s (%s); %s stay buffered",
+            self.url,
+            answer.status if answer.status is not None else "no response",
+            answer.explanation,
+            what,
+        )
+        self._wait(answer.retry_after)
+        return False
 
     def _wait(self, retry_after: float | None) -> None:
         """Keep the rows buffered and arm the timer (backoff, or the plane's ``Retry-After``)."""
