@@ -181,13 +181,8 @@ class Cell:
                 item = self._recv.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 return None
-            if item is WAKE_TOKEN:
-                continue
-            self.processed += 1
-            if type(item) is Ask:
-                item.resolve(None)
-                return item.message
-            return item
+            if item is not WAKE_TOKEN:
+                return self._taken(item)
 
     async def receive(self) -> object:
         """Wait for the next message (``ActorStopped`` once the mailbox is closed)."""
@@ -196,13 +191,17 @@ class Cell:
                 item = await self._recv.receive()
             except (EndOfStream, ClosedResourceError):
                 raise ActorStopped(f"{self.id} stopped while waiting for a message") from None
-            if item is WAKE_TOKEN:
-                continue
-            self.processed += 1
-            if type(item) is Ask:
-                item.resolve(None)
-                return item.message
-            return item
+            if item is not WAKE_TOKEN:
+                return self._taken(item)
+
+    def _taken(self, item: object) -> object:
+        """The message of a queued item a handler took itself (counted as processed; an ``ask``
+        taken this way is answered with ``None``)."""
+        self.processed += 1
+        if type(item) is Ask:
+            item.resolve(None)
+            return item.message
+        return item
 
     def _wake(self) -> None:
         try:
