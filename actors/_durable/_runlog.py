@@ -472,17 +472,7 @@ class RunLog:
     ) -> PendingInterrupt:
         """Write the ``hitl_pause`` row of the step ``row`` and its pending row in one transaction
         (the pending row expires ``expires_in`` seconds after the pause, if given)."""
-        pause = msgspec.structs.replace(
-            row,
-            state_snapshot={**row.state_snapshot, TOOL_SEQ: step_seq(row)},
-            seq=self.take_seq(),
-            step_type=HITL_PAUSE,
-            status=INTERRUPTED,
-            interrupt_reason=reason,
-            interrupt_context=context,
-            checkpoint_id=new_id(),
-            created_at=utcnow(),
-        )
+        pause = self._interrupted(row, HITL_PAUSE, reason, context, {})
         pending = PendingInterrupt(
             execution_id=self.execution_id,
             reason=reason,
@@ -501,22 +491,27 @@ class RunLog:
     ) -> None:
         """Write the ``wait`` row of the tool step ``row`` (it rests the run; no pending row), woken
         when ``name``'s signal comes or at ``wake_at`` (a datetime, or ``None``)."""
-        snapshot = {**row.state_snapshot, TOOL_SEQ: step_seq(row)}
-        if wake_at is not None:
-            snapshot[WAKE_AT] = wake_at.isoformat()
-        wait = msgspec.structs.replace(
+        extra = {} if wake_at is None else {WAKE_AT: wake_at.isoformat()}
+        wait = self._interrupted(row, WAIT, reason, context, extra)
+        await self._outlast(lambda: self.store.append_wait(wait, name, wake_at), wait)
+        self.log.step(wait)
+
+    def _interrupted(
+        self, row: Checkpoint, step_type: str, reason: str, context: dict[str, Any], extra: dict[str, Any]
+    ) -> Checkpoint:
+        """The interrupted ``step_type`` row (a pause or a wait) that stops the step ``row``: its
+        snapshot names the step's ``seq`` (and adds ``extra``)."""
+        return msgspec.structs.replace(
             row,
-            state_snapshot=snapshot,
+            state_snapshot={**row.state_snapshot, TOOL_SEQ: step_seq(row), **extra},
             seq=self.take_seq(),
-            step_type=WAIT,
+            step_type=step_type,
             status=INTERRUPTED,
             interrupt_reason=reason,
             interrupt_context=context,
             checkpoint_id=new_id(),
             created_at=utcnow(),
         )
-        await self._outlast(lambda: self.store.append_wait(wait, name, wake_at), wait)
-        self.log.step(wait)
 
     async def end(self, row: Checkpoint) -> None:
         """Append the ``run_end`` marker ``row``: each attempt shielded, so a cancel cannot lose it,
