@@ -16,8 +16,7 @@ statement, so taking and releasing a run cost no round trip of their own.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from typing import Any, Final, cast
 
 import anyio
@@ -30,6 +29,7 @@ from .._errors import RunExists, StoreUnavailable
 from .._model import LLM_CALL, RUN_END, SIGNAL, WAKE, Checkpoint
 from .._owners import Ownership
 from .._signals import SignalsWaiting
+from ._half import StoreHalf
 from ._inbox import consumes_of
 from ._locks import owner_key
 from ._rows import args, usable
@@ -96,7 +96,7 @@ def _batch_args(batch: Sequence[Queued]) -> list[list[Any]]:
     return columns
 
 
-class GroupAppends:
+class GroupAppends(StoreHalf):
     """The append half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
 
     _logs: MessageLogs
@@ -111,30 +111,6 @@ class GroupAppends:
     _writers: list[asyncpg.pool.PoolConnectionProxy]
     #: The statements prepared on each writer taken from the pool, by kind (dropped with the writer).
     _prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]]
-
-    async def _ready(self) -> asyncpg.Pool:
-        raise NotImplementedError
-
-    async def _taking(
-        self,
-        execution_id: str,
-        take: str | None,
-        write: Callable[[asyncpg.pool.PoolConnectionProxy | None], Awaitable[None]],
-    ) -> None:
-        raise NotImplementedError
-
-    def _lost(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
-    async def _write_planned(
-        self,
-        kind: str,
-        row: Checkpoint,
-        plan: Plan | None,
-        extra: tuple[Any, ...],
-        via: asyncpg.pool.PoolConnectionProxy | None = None,
-    ) -> None:
-        raise NotImplementedError
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""

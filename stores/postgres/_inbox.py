@@ -4,57 +4,27 @@ that consumes some (its own statement, outside the group commit: such rows are r
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
-from .._base import Plan
 from .._errors import check_execution_id, signals_taken
 from .._model import Checkpoint, new_id, utcnow
 from .._owners import Ownership
 from .._signals import CONSUMES, StoredSignal, check_signal, payload_of, refuse_signal
 from ._connection import advisory_key
+from ._half import StoreHalf
 
 __all__ = ["Inbox", "consumed_elsewhere", "consumes_of", "entry_of"]
 
-T = TypeVar("T")
 
-
-class Inbox:
+class Inbox(StoreHalf):
     """The inbox half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
 
     _sql: dict[str, str]
     _own: Ownership
     schema: str
-
-    async def _ready(self) -> asyncpg.Pool:
-        raise NotImplementedError
-
-    def _lost(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
-    async def _taking(
-        self,
-        execution_id: str,
-        take: str | None,
-        write: Callable[[asyncpg.pool.PoolConnectionProxy | None], Awaitable[T]],
-        *,
-        take_last: bool = False,
-    ) -> T:
-        raise NotImplementedError
-
-    async def _write_planned(
-        self,
-        kind: str,
-        row: Checkpoint,
-        plan: Plan | None,
-        extra: tuple[Any, ...],
-        via: asyncpg.pool.PoolConnectionProxy | None = None,
-    ) -> None:
-        raise NotImplementedError
 
     async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
         """Append a signal to the run's inbox (see :meth:`Store.signal`); its inbox id. Serialised

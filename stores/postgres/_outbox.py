@@ -8,7 +8,6 @@ copies of inbox entries held elsewhere; and a restored run's import, in one tran
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 import asyncpg
 
@@ -18,23 +17,18 @@ from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
 from .._signals import StoredSignal, check_copies, check_copy, merge_copies, restored_wait
+from ._half import StoreHalf
 from ._inbox import entry_of
 from ._rows import args, conflict, decode_many
 
 __all__ = ["Outbox"]
 
 
-class Outbox:
+class Outbox(StoreHalf):
     """The outbox half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
 
     _logs: MessageLogs
     _sql: dict[str, str]
-
-    async def _ready(self) -> asyncpg.Pool:
-        raise NotImplementedError
-
-    def _lost(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
 
     async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
         """Rows not yet shipped, oldest write first (one round trip)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -25,6 +24,7 @@ from .._owners import Ownership
 from .._queues import Admission, Queue, Work, stricter
 from ._bridge import Bridge
 from ._connection import connect_lock_connection
+from ._half import StoreHalf
 from ._locks import LivenessLock, owner_key
 
 __all__ = ["LockOwners"]
@@ -33,7 +33,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 T = TypeVar("T")
 
 
-class LockOwners:
+class LockOwners(StoreHalf):
     """The dialect of ownership on PostgreSQL (a mixin of the store, before ``BaseStore``)."""
 
     _own: Ownership
@@ -50,10 +50,6 @@ class LockOwners:
     if TYPE_CHECKING:
 
         def _refuse_closed(self) -> None: ...
-
-        async def _ready(self) -> asyncpg.Pool: ...
-
-        def _lost(self) -> AbstractContextManager[None]: ...
 
     #: The take and the release ride on the run's rows (in their statements, not through ``_ride``).
     _rides = True

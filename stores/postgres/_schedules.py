@@ -3,14 +3,12 @@ compare-and-set."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
 from .._json import decode, encode
 from .._schedules import StoredSchedule, schedule_sql
+from ._half import StoreHalf
 
 __all__ = ["Schedules"]
 
@@ -27,16 +25,10 @@ def _schedule(rec: Any) -> StoredSchedule:
     )
 
 
-class Schedules:
+class Schedules(StoreHalf):
     """The schedule half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
 
     schema: str
-
-    async def _ready(self) -> asyncpg.Pool:
-        raise NotImplementedError
-
-    def _lost(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
 
     @property
     def _schedule_sql(self) -> dict[str, str]:

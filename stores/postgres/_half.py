@@ -1,0 +1,46 @@
+"""What the halves of :class:`~stores.PostgresStore` (its mixins: appends, inbox, outbox,
+schedules, ownership) use of the store itself, declared once for the type checker; the store
+defines each of them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import asyncpg
+
+from .._base import Plan
+from .._model import Checkpoint
+
+__all__ = ["StoreHalf"]
+
+T = TypeVar("T")
+
+
+class StoreHalf:
+    """A half of :class:`~stores.PostgresStore`: the store's pool, its outage guard and its writes."""
+
+    if TYPE_CHECKING:
+
+        async def _ready(self) -> asyncpg.Pool: ...
+
+        def _lost(self) -> AbstractContextManager[None]: ...
+
+        async def _taking(
+            self,
+            execution_id: str,
+            take: str | None,
+            write: Callable[[asyncpg.pool.PoolConnectionProxy | None], Awaitable[T]],
+            *,
+            take_last: bool = False,
+        ) -> T: ...
+
+        async def _write_planned(
+            self,
+            kind: str,
+            row: Checkpoint,
+            plan: Plan | None,
+            extra: tuple[Any, ...],
+            via: asyncpg.pool.PoolConnectionProxy | None = None,
+        ) -> None: ...
