@@ -9,7 +9,7 @@ stored.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -67,6 +67,17 @@ def create_app(keys: Mapping[str, str], open_store: Callable[[str], Store]) -> S
                     tenant = tenants[name] = Tenant(name, store)
         return tenant
 
+    def as_tenant(
+        handler: Callable[[Request, Tenant], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A route of ``handler``, called with the request's tenant (refused with 401 without one)."""
+
+        async def route(request: Request) -> Response:
+            tenant = await tenant_of(request)
+            return tenant if isinstance(tenant, Response) else await handler(request, tenant)
+
+        return route
+
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
@@ -80,10 +91,8 @@ def create_app(keys: Mapping[str, str], open_store: Callable[[str], Store]) -> S
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def ingest(request: Request) -> Response:
-        tenant = await tenant_of(request)
-        if isinstance(tenant, Response):
-            return tenant
+    @as_tenant
+    async def ingest(request: Request, tenant: Tenant) -> Response:
         try:
             raw = await read_body(request)
         except _TooLarge:
@@ -104,24 +113,18 @@ def create_app(keys: Mapping[str, str], open_store: Callable[[str], Store]) -> S
             return _error(422, '"signals" must be a list of inbox entries')
         return _json(await tenant.ingest(body["checkpoints"], cache, signals))
 
-    async def latest(request: Request) -> Response:
-        tenant = await tenant_of(request)
-        if isinstance(tenant, Response):
-            return tenant
+    @as_tenant
+    async def latest(request: Request, tenant: Tenant) -> Response:
         item = await tenant.latest(request.path_params["execution_id"])
         return _error(404, "no checkpoint of this run") if item is None else _json(item)
 
-    async def run(request: Request) -> Response:
-        tenant = await tenant_of(request)
-        if isinstance(tenant, Response):
-            return tenant
+    @as_tenant
+    async def run(request: Request, tenant: Tenant) -> Response:
         found = await tenant.run(request.path_params["execution_id"])
         return _error(404, "no checkpoint of this run") if found is None else _json(found)
 
-    async def runs(request: Request) -> Response:
-        tenant = await tenant_of(request)
-        if isinstance(tenant, Response):
-            return tenant
+    @as_tenant
+    async def runs(request: Request, tenant: Tenant) -> Response:
         status = request.query_params.get("status")
         limit = request.query_params.get("limit", "100")
         if not limit.isdigit() or not 1 <= int(limit) <= 1000:
