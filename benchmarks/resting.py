@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import sqlite3
@@ -276,7 +277,7 @@ def _growth(samples: list[Sample]) -> float:
     """Bytes per run: the median of the growths per run between consecutive samples."""
     return statistics.median(
         (later.traced - earlier.traced) / (later.resting - earlier.resting)
-        for earlier, later in zip(samples, samples[1:])
+        for earlier, later in itertools.pairwise(samples)
     )
 
 

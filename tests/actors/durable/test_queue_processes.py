@@ -111,12 +111,14 @@ async def test_a_limited_queue_holds_its_concurrency_and_per_key_across_workers(
     runner = agent(tmp_path)
     key_of = {f"o{i:02d}": f"k{i % 4}" for i in range(60)}
     async with store_backend.open() as store:
-        async with ActorSystem(store, runners=[runner]) as system:
-            ids = [
-                await system.enqueue(runner, o, execution_id=o, queue="llm", key=k) for o, k in key_of.items()
-            ]
+        # The workers serve before the runs are enqueued: all three see the queue from its first run.
         workers = await start_workers(store_backend, tmp_path, 3, "llm:concurrency=3,per_key=1", first=0.1)
         try:
+            async with ActorSystem(store, runners=[runner]) as system:
+                ids = [
+                    await system.enqueue(runner, o, execution_id=o, queue="llm", key=k)
+                    for o, k in key_of.items()
+                ]
             await until(lambda: all_ended(store, ids))
         finally:
             await stop_processes(workers)
