@@ -106,14 +106,36 @@ async def test_a_wake_in_a_store_outage_is_let_go_and_the_wait_stays_due(
         said = [
             r
             for r in caplog.records
-            if r.name == "tether" and "wake let go in a store outage" in r.getMessage()
+            if r.name == "tether" and r.getMessage().startswith("event='wake let go in a store outage' ")
         ]
         assert len(said) == 1 and said[0].levelno == logging.WARNING
-        assert "w3" in said[0].getMessage() and "the store is down" in said[0].getMessage()
+        assert said[0].getMessage().startswith(
+            "event='wake let go in a store outage' execution_id='w3' "
+            "error=\"StoreUnavailable('the store is down')\" "
+        ), said[0].getMessage()
         store.down = False
         assert [eid for eid, _ in await store.due_waits(10)] == ["w3"]
         assert await system.sweep() == 1
         assert (await system.ref("w3").result(timeout=30)).status == "completed"
+
+
+async def test_a_wake_its_runner_cannot_drive_is_logged_uncounted_and_stays_due(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The runner deployed now lacks the tool the run rests in: the sweep says so, counts no wake,
+    and the run stays waiting and due for a process with that tool."""
+    caplog.set_level(logging.WARNING, logger="tether")
+    await _asleep_and_due(store_backend, _napper([]), "w4")
+    changed = Agent("napper", FunctionModel(lambda messages: "never"))  # no tool "nap" any more
+    async with store_backend.open() as store, ActorSystem(store, runners=[changed]) as system:
+        assert await system.sweep() == 0
+        [said] = [r for r in caplog.records if r.name == "tether" and r.levelno == logging.WARNING]
+        assert said.getMessage().startswith(
+            "event='sweep could not wake a run' execution_id='w4' "
+            "error='ToolNotFound(\"agent \\'napper\\' has no tool named \\'nap\\' (run \\'w4\\')\")' "
+        ), said.getMessage()
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w4"]
+        assert (await system.status("w4")).status == "waiting"
 
 
 async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Backend) -> None:
