@@ -8,6 +8,7 @@ row after the loss, and the run completes once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import asyncpg
 import pytest
 from conftest import Backend
@@ -50,11 +52,16 @@ async def _lose_lock(backend: Backend, lock_pid: int | None) -> None:
     """Take the owner's liveness lock away while it lives."""
     if backend.name == "postgres":
         assert lock_pid is not None
-        conn = await asyncpg.connect(backend.target)
-        try:
-            assert await conn.fetchval("SELECT pg_terminate_backend($1)", lock_pid)
-        finally:
-            await conn.close()
+
+        async def terminate() -> bool:
+            conn = await asyncpg.connect(backend.target)
+            try:
+                return bool(await conn.fetchval("SELECT pg_terminate_backend($1)", lock_pid))
+            finally:
+                await conn.close()
+
+        # asyncpg needs asyncio: its own loop in a thread, on trio too
+        assert await anyio.to_thread.run_sync(lambda: asyncio.run(terminate()))
         return
     lock_path = Path(backend.target + ".locks")
     fresh = lock_path.with_name(lock_path.name + ".new")

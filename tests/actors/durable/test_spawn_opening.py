@@ -9,7 +9,6 @@ can take. Every test is time-bounded.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,11 +36,11 @@ class GatedStore(SQLiteStore):
         self.gate = anyio.Event()
         self.gate.set()
         self.holding = anyio.Event()
-        self.first_rows: list[asyncio.Task[object] | None] = []
+        self.first_rows: list[int] = []  #: the id of each first row's task
 
     async def append(self, row: Checkpoint) -> None:
         if row.seq == 0:
-            self.first_rows.append(asyncio.current_task())
+            self.first_rows.append(anyio.get_current_task().id)
             if not self.gate.is_set():
                 self.holding.set()
                 await self.gate.wait()
@@ -110,7 +109,7 @@ async def test_the_first_row_is_appended_by_the_caller_of_spawn(sqlite_path: Pat
     with anyio.fail_after(LIMIT):
         async with opened(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
             refs = [await system.spawn(agent, "hi", execution_id=f"r{i}") for i in range(3)]
-            assert store.first_rows == [asyncio.current_task()] * 3
+            assert store.first_rows == [anyio.get_current_task().id] * 3
             for ref in refs:
                 result = await ref.result(timeout=5)
                 assert (result.status, result.output) == ("completed", "answer: found")
