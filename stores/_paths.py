@@ -20,6 +20,7 @@ __all__ = [
     "child_path",
     "conversation_of",
     "handoff_node",
+    "is_segment_name",
     "parse_node_id",
     "parse_path",
     "tool_node",
@@ -31,6 +32,8 @@ __all__ = [
 PATH_KINDS: Final = frozenset({"agent", "swarm", "supervisor", "worker", "tool"})
 _TOOL: Final = "tool"
 _TOOL_PREFIX: Final = "tool:"
+#: What a name in a path may not hold: ``/`` ends a segment, ``:`` ends a segment's kind.
+_SEPARATORS: Final = ("/", ":")
 
 
 class NodeId(NamedTuple):
@@ -48,6 +51,12 @@ def _segment(kind: str, name: str) -> str:
     if not isinstance(name, str) or not name or "/" in name:
         raise InvalidPath(f"a {kind} name must be a non-empty string without '/', not {name!r}")
     return f"{kind}:{name}"
+
+
+def is_segment_name(name: object) -> bool:
+    """Whether ``name`` can name a segment (an agent, a member, a tool) and read back as written:
+    a non-empty str without ``/`` or ``:``."""
+    return isinstance(name, str) and bool(name) and not any(sep in name for sep in _SEPARATORS)
 
 
 def child_path(parent: str | None, kind: str, name: str) -> str:

@@ -10,10 +10,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stores import child_path
+from stores import child_path, is_segment_name
 
 from ..models import Message, Model
-from ._errors import ToolNotFound
+from ._errors import ToolNotFound, unfit_tool_name
 from ._output import OutputSpec
 from ._sources import ToolSource
 from ._tools import Tool
@@ -76,6 +76,8 @@ class Agent:
                 sources[item.name] = item
                 continue
             wrapped = item if isinstance(item, Tool) else Tool(item)
+            if not is_segment_name(wrapped.name):  # a Tool renamed after @tool checked its name
+                raise unfit_tool_name(wrapped.name, agent=name)
             if wrapped.name in by_name:
                 raise ValueError(f"agent {name!r} has two tools named {wrapped.name!r}")
             by_name[wrapped.name] = wrapped

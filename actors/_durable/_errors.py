@@ -20,12 +20,13 @@ __all__ = [
     "held_elsewhere",
     "not_in_store",
     "nothing_to_claim",
+    "unfit_tool_name",
 ]
 
 from collections.abc import Sequence
 from typing import TypeVar
 
-from stores import AlreadyResumed, Checkpoint, RunNotFound, TetherError
+from stores import AlreadyResumed, Checkpoint, InvalidPath, RunNotFound, TetherError
 
 E = TypeVar("E", bound=TetherError)
 
@@ -46,6 +47,17 @@ def nothing_to_claim(execution_id: str, step: Checkpoint) -> AlreadyResumed:
 def held_elsewhere(execution_id: str, refusal: type[E]) -> E:
     """A take of the run refused: another live process (or actor here) holds it."""
     return refusal(f"run {execution_id!r} is owned by another live process or actor")
+
+
+def unfit_tool_name(name: object, *, agent: str, source: str | None = None) -> InvalidPath:
+    """A tool whose name no ``agent_path`` or ``node_id`` can carry, refused before a run writes it."""
+    whose = (
+        f"tool source {source!r} of agent {agent!r} lists a tool" if source else f"agent {agent!r} has a tool"
+    )
+    return InvalidPath(
+        f"{whose} named {name!r}: a tool name must be a non-empty str without '/' or ':' "
+        "(they separate the segments of agent_path and node_id)"
+    )
 
 
 def _of_run(execution_id: str | None) -> str:

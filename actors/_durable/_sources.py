@@ -7,9 +7,11 @@ together when the activation ends, shielded and bounded by :data:`CLOSE_TIMEOUT`
 
 :func:`offer` turns an agent's sources into the tools a run offers its model: a source's tool keeps
 its name unless another tool of the agent (its own or another source's) has it too; then it is
-``<source>__<tool>``. The list a run saw is recorded (:data:`RECORD`) on the first row the agent
-writes; a re-entry offers the recorded tools again, and a recorded tool that a source no longer
-lists raises :class:`ToolNotFound` before anything is written.
+``<source>__<tool>``. A listed name with ``/`` or ``:`` (or an empty one) fails the run before it
+writes (``InvalidPath``, naming the source and the tool): the tool's rows could not carry it, and no
+other name is made up for it. The list a run saw is recorded (:data:`RECORD`) on the first row the
+agent writes; a re-entry offers the recorded tools again, and a recorded tool that a source no
+longer lists raises :class:`ToolNotFound` before anything is written.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from stores import Checkpoint, Store, conversation_of
+from stores import Checkpoint, Store, conversation_of, is_segment_name
 
 from .._core import tether_logger
-from ._errors import ToolNotFound
+from ._errors import ToolNotFound, unfit_tool_name
 from ._tools import ToolOutcome
 
 __all__ = [
@@ -199,6 +201,8 @@ async def offer(
         recorded = []
         for source_name, tools in listed.items():
             for tool in tools:
+                if not is_segment_name(tool["tool"]):  # its rows could not be read back
+                    raise unfit_tool_name(tool["tool"], agent=agent, source=source_name)
                 name = tool["tool"] if counts[tool["tool"]] == 1 else f"{source_name}__{tool['tool']}"
                 recorded.append({"name": name, "source": source_name, **tool})
     offered: dict[str, SourceTool] = {}

@@ -22,8 +22,9 @@ class MCPServer(ToolSource):
     endpoint (``headers`` go with every request). Give exactly one. A run connects once per
     activation (its start, a resume, a recovery) and closes the connection when the activation
     ends. ``name`` (letters, digits, ``_``, ``-``) prefixes a tool's name, ``<name>__<tool>``,
-    when another tool of the agent has the same name. ``timeout`` (seconds) bounds one tool
-    call: past it the model reads a tool error.
+    when another tool of the agent has the same name; a server tool named with ``/`` or ``:``
+    fails a new run (``InvalidPath``). ``timeout`` (seconds) bounds one tool call: past it the
+    model reads a tool error.
     """
 
     def __init__(
