@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from stores import HITL_PAUSE, RESUME, RUN_END, TOOL_CALL, Checkpoint, parse_path
+from stores import HITL_PAUSE, RESUME, RUN_END, TOOL_CALL, Checkpoint, conversation_of, parse_path
 
 __all__ = ["RowContent", "row_contents"]
 
@@ -62,12 +62,10 @@ def _level(agent_path: str | None) -> str:
     if not agent_path:
         return ""
     try:
-        segments = parse_path(agent_path)
+        parse_path(agent_path)
     except ValueError:
         return agent_path
-    if segments and segments[-1][0] == "tool":
-        segments = segments[:-1]
-    return "/".join(f"{kind}:{name}" for kind, name in segments)
+    return conversation_of(agent_path)
 
 
 def _results(rows: list[Checkpoint]) -> dict[str, str]:

@@ -48,6 +48,8 @@ from stores import (
     Store,
     StoreError,
     conversation_of,
+    tool_node,
+    tool_path,
     turn_node,
 )
 
@@ -286,7 +288,7 @@ class AgentLevel(Level):
         call = calls[index]
         transcript = self._transcript
         row = self._row(
-            node_id=f"turn:{turn}/tool:{call.name}",
+            node_id=tool_node(turn, call.name),
             step_type=TOOL_CALL,
             turn=turn,
             transcript=transcript,
@@ -475,7 +477,7 @@ class AgentLevel(Level):
             node_id=base["base_node_id"],
             step_type=TOOL_CALL,
             node_input=base["base_node_input"],
-            agent_path=f"{self.path}/tool:{tool}" if isinstance(tool, str) else origin.agent_path,
+            agent_path=tool_path(self.path, tool) if isinstance(tool, str) else origin.agent_path,
             parent_checkpoint_id=None,
         )
         return self._reenter(step, None, after_pause=False)

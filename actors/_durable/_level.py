@@ -42,6 +42,7 @@ from stores import (
     WriteConflict,
     conversation_of,
     new_id,
+    tool_path,
     utcnow,
 )
 
@@ -553,7 +554,7 @@ class Level:
             step_type=step_type,
             step_index=turn,
             snapshot=snapshot,
-            agent_path=f"{self.path}/tool:{tool}" if tool else self.path,
+            agent_path=tool_path(self.path, tool) if tool else self.path,
             node_input=node_input,
             parent=parent,
         )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from stores import HITL_PAUSE, TOOL_CALL, WAIT, Checkpoint, child_path
+from stores import HITL_PAUSE, TOOL_CALL, WAIT, Checkpoint, child_path, tool_path
 
 from ._errors import RunnerChanged
 
@@ -117,7 +117,7 @@ def _agent_parts(agent: Any, path: str, parts: dict[str, str]) -> None:
     parts[f"{path}#instructions"] = _digest(agent.instructions or "")
     parts[f"{path}#max_turns"] = str(agent.max_turns)
     for tool in agent.tools:
-        parts[f"{path}/tool:{tool.name}"] = _digest(tool.parameters)
+        parts[tool_path(path, tool.name)] = _digest(tool.parameters)
     for source in agent.sources:  # its tools are recorded by the run itself, when it lists them
         parts[f"{path}#source:{source.name}"] = source.fingerprint()
     if agent.output is not None:

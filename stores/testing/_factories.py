@@ -24,6 +24,7 @@ from .._model import (
     Checkpoint,
     PendingInterrupt,
 )
+from .._paths import tool_node, turn_node
 from .._signals import WAIT_DEADLINE, WAIT_K, WAIT_NAME, WAIT_STEP
 
 __all__ = [
@@ -73,7 +74,7 @@ def make_row(
         execution_id=execution_id,
         seq=seq,
         runner="conformance",
-        node_id=node_id if node_id is not None else f"turn:{turn}",
+        node_id=node_id if node_id is not None else turn_node(turn),
         step_index=turn,
         step_type=step_type,
         status=status,
@@ -136,7 +137,7 @@ def pause_row(
     return make_row(
         execution_id,
         seq,
-        f"turn:{turn}/tool:refund",
+        tool_node(turn, "refund"),
         step_type=HITL_PAUSE,
         status=INTERRUPTED,
         step_index=turn,
@@ -152,7 +153,7 @@ def tool_row(execution_id: str, seq: int, turn: int = 0) -> Checkpoint:
     return make_row(
         execution_id,
         seq,
-        f"turn:{turn}/tool:refund",
+        tool_node(turn, "refund"),
         step_type=TOOL_CALL,
         step_index=turn,
         agent_path="agent:a/tool:refund",

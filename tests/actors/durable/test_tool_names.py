@@ -3,7 +3,8 @@
 A tool's rows are written at ``<agent_path>/tool:<name>`` and ``turn:N/tool:<name>``; a name with a
 separator in it would give rows the store's path readers refuse later. ``@tool`` checks its name;
 an agent refuses a tool renamed after that check; a tool source's listed names (an MCP server's)
-fail a new run before its first row, naming the source and the tool.
+fail a new run before its first row, naming the source and the tool. A model's call of a name no
+row can carry fails the run before that call's row is written.
 """
 
 from __future__ import annotations
@@ -115,3 +116,22 @@ async def test_a_source_tool_named_with_a_separator_fails_the_new_run_before_it_
         "be a non-empty str without '/' or ':' (they separate the segments of agent_path and node_id)"
     )
     assert [row.step_type for row in history if row.step_type in ("llm_call", "tool_call")] == []
+
+
+@pytest.mark.parametrize("name", ["a/b", ""])
+async def test_a_model_call_of_a_name_no_row_can_carry_fails_the_run_before_its_row(
+    tmp_path: Path, name: str
+) -> None:
+    @tool
+    def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    agent = Agent("bot", _calls(name), tools=[lookup])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+        run = await system.spawn(agent, "go")
+        result = await run.result(timeout=30)
+        history = await system.history(run.execution_id)
+    assert result.status == "failed"
+    assert result.error == f"InvalidPath: a tool name must be a non-empty string without '/', not {name!r}"
+    assert [row.node_id for row in history] == ["turn:0", "run_end"]  # no row at turn:0/tool:<name>
