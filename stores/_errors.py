@@ -307,3 +307,114 @@ def newer_schema(where: str, found: int, understood: int) -> IncompatibleSchema:
         f"{where} was written by tether schema version {found}; this tether understands up to "
         f"version {understood}: upgrade tether"
     )
+
+
+# -- the database cannot be reached, opened or used (StoreUnavailable) ---------------------------
+
+
+def unusable(where: str, cause: object) -> StoreUnavailable:
+    """A database that answered with an error this store has no more specific wording for."""
+    return StoreUnavailable(f"cannot use {where}: {cause}")
+
+
+def bridge_closed() -> StoreUnavailable:
+    """A call on the PostgreSQL store after its event loop was closed."""
+    return StoreUnavailable("the PostgreSQL store is closed")
+
+
+def call_stopped() -> StoreUnavailable:
+    """A call the PostgreSQL store's event loop cancelled (it was stopping) before it ended."""
+    return StoreUnavailable("the PostgreSQL store's event loop stopped the call")
+
+
+def invalid_dsn(where: str, kind: str) -> StoreUnavailable:
+    """A DSN asyncpg cannot read (only the error's ``kind``: its text may quote the password)."""
+    return StoreUnavailable(f"cannot connect to {where}: invalid DSN ({kind})")
+
+
+def connect_timed_out(where: str) -> StoreUnavailable:
+    """A connection to the server that did not open within its timeout."""
+    return StoreUnavailable(f"cannot reach {where}: the connection timed out")
+
+
+def unreachable(where: str, reason: str) -> StoreUnavailable:
+    """A connection the network refused (no server listening, no route)."""
+    return StoreUnavailable(
+        f"cannot reach {where}: {reason} (is the server running and accepting TCP connections there?)"
+    )
+
+
+def no_database(database: str, where: str) -> StoreUnavailable:
+    """A DSN naming a database the server does not have."""
+    return StoreUnavailable(
+        f"database {database!r} does not exist on {where}: create it (CREATE DATABASE), "
+        "or name an existing one in the DSN"
+    )
+
+
+def login_refused(where: str, user: str, cause: str) -> StoreUnavailable:
+    """A login the server refused (a wrong password, or a pg_hba.conf rule)."""
+    return StoreUnavailable(
+        f"{where} refused the login of role {user!r}: {cause} "
+        "(check the user and password of the DSN, and the server's pg_hba.conf)"
+    )
+
+
+def no_permission(user: str, where: str, cause: str) -> StoreUnavailable:
+    """A statement refused for a permission the role lacks."""
+    return StoreUnavailable(
+        f"role {user!r} lacks a permission on {where}: {cause} (the store needs CREATE "
+        "on the database to create its schema, or USAGE and CREATE on an existing schema, and "
+        "read and write on its tables)"
+    )
+
+
+def owner_lock_held(owner: str) -> StoreUnavailable:
+    """An owner's liveness lock another session holds (a 63-bit key collision with a live owner)."""
+    return StoreUnavailable(f"the liveness lock of owner {owner!r} is held by another session")
+
+
+def cannot_open(path: str, cause: object) -> StoreUnavailable:
+    """A SQLite database file that cannot be opened (a missing directory, no permission)."""
+    return StoreUnavailable(f"cannot open the SQLite database {path!r}: {cause}")
+
+
+def no_sqlite_file(path: str) -> StoreUnavailable:
+    """A check of a SQLite database that is not there (a check creates nothing)."""
+    return StoreUnavailable(f"there is no SQLite database at {path!r}")
+
+
+def not_sqlite(path: str) -> StoreUnavailable:
+    """A file whose header is not a SQLite database's."""
+    return StoreUnavailable(f"{path!r} is not a SQLite database")
+
+
+def no_wal(path: str, mode: object) -> StoreUnavailable:
+    """A SQLite database that would not switch to WAL mode (``mode`` is what the pragma gave)."""
+    return StoreUnavailable(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+
+
+def sqlite_connection_closed() -> StoreUnavailable:
+    """A call on a SQLite connection's thread after it stopped."""
+    return StoreUnavailable("the SQLite connection is closed")
+
+
+def unreadable(path: str, cause: object) -> StoreUnavailable:
+    """A read of a SQLite database that failed (locked, or an I/O error), not from damage."""
+    return StoreUnavailable(f"cannot read {path!r}: {cause}")
+
+
+def stayed_locked(path: str, cause: object) -> StoreUnavailable:
+    """A write transaction that could not begin: another writer held the database past the timeout."""
+    return StoreUnavailable(f"{path!r} stayed locked by another writer: {cause}")
+
+
+def batch_stopped(exc: BaseException) -> StoreUnavailable:
+    """What the callers of a write batch get when a ``BaseException`` (not an ``Exception``)
+    stopped it: its text, as an error they can handle."""
+    return StoreUnavailable(str(exc))
+
+
+def write_failed() -> StoreUnavailable:
+    """A write of a batch that ended with no outcome and no error to give its caller."""
+    return StoreUnavailable("write failed")

@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar, cast
 import anyio
 import asyncpg
 
-from .._errors import StoreUnavailable
+from .._errors import bridge_closed, call_stopped
 from .._loop import TrioLoop, trio_loop
 
 __all__ = ["Bridge", "BridgedConnection", "BridgedPool", "on_asyncio"]
@@ -68,7 +68,7 @@ class Bridge:
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._guard:
             if self._closed:
-                raise StoreUnavailable("the PostgreSQL store is closed")
+                raise bridge_closed()
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=_serve, args=(loop,), name=self._name, daemon=True)
@@ -115,14 +115,14 @@ class Bridge:
         try:
             return tasks[0].result()
         except asyncio.CancelledError:
-            raise StoreUnavailable("the PostgreSQL store's event loop stopped the call") from None
+            raise call_stopped() from None
 
     @staticmethod
     def _call(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
         try:
             loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
         except RuntimeError:  # the loop was closed under the call
-            raise StoreUnavailable("the PostgreSQL store is closed") from None
+            raise bridge_closed() from None
 
     def soon(self, fn: Callable[..., object], *args: Any) -> None:
         """Run the plain function ``fn(*args)`` on the store's loop (not waited for)."""

@@ -22,7 +22,17 @@ import anyio
 import asyncpg
 
 from .._dsn import keyword_dsn
-from .._errors import InvalidStoreURL, StoreUnavailable
+from .._errors import (
+    InvalidStoreURL,
+    StoreUnavailable,
+    connect_timed_out,
+    invalid_dsn,
+    login_refused,
+    no_database,
+    no_permission,
+    unreachable,
+    unusable,
+)
 
 __all__ = [
     "CONNECT_ERRORS",
@@ -189,31 +199,19 @@ def unavailable(dsn: str, exc: BaseException) -> StoreUnavailable:
     except ValueError:
         database = user = "?"
     if isinstance(exc, ValueError):  # a DSN error may quote the DSN: say only what kind it was
-        return StoreUnavailable(f"cannot connect to {where}: invalid DSN ({type(exc).__name__})")
+        return invalid_dsn(where, type(exc).__name__)
     if isinstance(exc, TimeoutError):
-        return StoreUnavailable(f"cannot reach {where}: the connection timed out")
+        return connect_timed_out(where)
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
-        return StoreUnavailable(
-            f"database {database!r} does not exist on {where}: create it (CREATE DATABASE), "
-            "or name an existing one in the DSN"
-        )
+        return no_database(database, where)
     if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):  # also InvalidPasswordError
-        return StoreUnavailable(
-            f"{where} refused the login of role {user!r}: {_first_line(exc)} "
-            "(check the user and password of the DSN, and the server's pg_hba.conf)"
-        )
+        return login_refused(where, user, _first_line(exc))
     if isinstance(exc, asyncpg.InsufficientPrivilegeError):
-        return StoreUnavailable(
-            f"role {user!r} lacks a permission on {where}: {_first_line(exc)} (the store needs CREATE "
-            "on the database to create its schema, or USAGE and CREATE on an existing schema, and "
-            "read and write on its tables)"
-        )
+        return no_permission(user, where, _first_line(exc))
     if isinstance(exc, OSError):
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc) or type(exc).__name__
-        return StoreUnavailable(
-            f"cannot reach {where}: {reason} (is the server running and accepting TCP connections there?)"
-        )
-    return StoreUnavailable(f"cannot use {where}: {type(exc).__name__}: {_first_line(exc)}")
+        return unreachable(where, reason)
+    return unusable(where, f"{type(exc).__name__}: {_first_line(exc)}")
 
 
 def _first_line(exc: BaseException) -> str:

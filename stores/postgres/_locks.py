@@ -25,7 +25,7 @@ from typing import Final
 import anyio
 import asyncpg
 
-from .._errors import StoreUnavailable
+from .._errors import owner_lock_held
 from .._model import HITL_PAUSE, INTERRUPTED, RUN_END
 from .._owners import Ownership
 from ._connection import advisory_key
@@ -127,7 +127,7 @@ class LivenessLock:
                 raise
             if not got:  # pragma: no cover - a 63-bit collision with a live owner
                 conn.terminate()
-                raise StoreUnavailable(f"the liveness lock of owner {owner!r} is held by another session")
+                raise owner_lock_held(owner)
             self._conn, self._owner = conn, owner
             conn.add_termination_listener(self._terminated)
             return owner

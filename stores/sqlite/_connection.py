@@ -19,7 +19,18 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any, Final, TypeVar
 
-from .._errors import StoreCorrupt, StoreFull, StoreUnavailable, store_corrupt, store_full
+from .._errors import (
+    StoreCorrupt,
+    StoreFull,
+    cannot_open,
+    no_sqlite_file,
+    no_wal,
+    not_sqlite,
+    sqlite_connection_closed,
+    store_corrupt,
+    store_full,
+    unusable,
+)
 from .._loop import Loop, Settled, trio_loop
 
 __all__ = [
@@ -97,24 +108,24 @@ def connect(path: str, *, writer: bool, busy_timeout: float, synchronous: str) -
             _create_private(path)
         conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     except OSError as exc:
-        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+        raise cannot_open(path, exc) from exc
     except sqlite3.Error as exc:
-        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+        raise cannot_open(path, exc) from exc
     try:
         deadline = time.monotonic() + busy_timeout
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         if writer:
             mode = retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), deadline)
             if mode is None or str(mode[0]).lower() != "wal":
-                raise StoreUnavailable(f"cannot switch {path!r} to WAL mode (got {mode!r})")
+                raise no_wal(path, mode)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         if not writer:
             conn.execute("PRAGMA query_only = 1")
     except sqlite3.DatabaseError as exc:
         conn.close()
         if exc.sqlite_errorcode == sqlite3.SQLITE_NOTADB:  # SQLite read the header, wrote nothing
-            raise StoreUnavailable(f"{path!r} is not a SQLite database") from exc
-        raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc
+            raise not_sqlite(path) from exc
+        raise unusable(f"the SQLite database {path!r}", exc) from exc
     except BaseException:
         conn.close()
         raise
@@ -126,11 +137,11 @@ def integrity_problems(path: str, max_errors: int) -> list[str]:
     read through a read-only connection of its own (blocking: run it in a worker thread). A file that
     is not there is ``StoreUnavailable``: a check creates nothing."""
     if not os.path.exists(path):
-        raise StoreUnavailable(f"there is no SQLite database at {path!r}")
+        raise no_sqlite_file(path)
     try:
         conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
-        raise StoreUnavailable(f"cannot open the SQLite database {path!r}: {exc}") from exc
+        raise cannot_open(path, exc) from exc
     try:
         found = [str(r[0]) for r in conn.execute(f"PRAGMA integrity_check({int(max_errors)})")]
     except sqlite3.DatabaseError as exc:  # too damaged to walk at all
@@ -185,7 +196,7 @@ class DatabaseThread:
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the thread and return its result (or raise its exception)."""
         if not self.running:
-            raise StoreUnavailable("the SQLite connection is closed")
+            raise sqlite_connection_closed()
         return await self._submit(fn)
 
     def _submit(self, fn: Callable[[], T]) -> Settled[T]:

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Final
 
-from .._errors import StoreUnavailable, newer_schema
+from .._errors import newer_schema, unusable
 from ._rows import rechunk_rows
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
@@ -212,4 +212,4 @@ def migrate(
             conn.rollback()
             raise
     except sqlite3.DatabaseError as exc:
-        raise StoreUnavailable(f"cannot use the SQLite database {path!r}: {exc}") from exc
+        raise unusable(f"the SQLite database {path!r}", exc) from exc

@@ -25,7 +25,6 @@ import anyio
 from .._base import BaseStore, LogMoved, Plan, StoreState, check_history_range, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
-    StoreUnavailable,
     check_execution_id,
     checkpoint_id_taken,
     no_checkpoints,
@@ -35,6 +34,7 @@ from .._errors import (
     run_exists,
     seq_taken,
     store_closed,
+    unreadable,
 )
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
@@ -202,7 +202,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
         except sqlite3.DatabaseError as exc:
             fault = self._fault(exc)
             if fault is exc and isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"cannot read {self.path!r}: {exc}") from exc
+                raise unreadable(self.path, exc) from exc
             raise fault from exc
 
     # ------------------------------------------------------------------ writes

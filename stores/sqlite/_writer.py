@@ -24,7 +24,14 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from .._base import StoreState
-from .._errors import StoreCorrupt, StoreUnavailable, store_closed, store_corrupt
+from .._errors import (
+    StoreCorrupt,
+    batch_stopped,
+    stayed_locked,
+    store_closed,
+    store_corrupt,
+    write_failed,
+)
 from .._loop import Loop, Settled, trio_loop
 from ._connection import DatabaseThread, fault_of, retry_busy
 
@@ -94,7 +101,7 @@ class GroupCommit:
         try:
             retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), deadline)
         except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"{self.path!r} stayed locked by another writer: {exc}") from exc
+            raise stayed_locked(self.path, exc) from exc
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         deadline = time.monotonic() + self._busy_timeout * 2
@@ -150,7 +157,7 @@ class GroupCommit:
         try:
             outcomes = self._run_batch([op.fn for op in batch])
         except BaseException as exc:  # the callers get it; this thread must go on serving
-            error = exc if isinstance(exc, Exception) else StoreUnavailable(str(exc))
+            error = exc if isinstance(exc, Exception) else batch_stopped(exc)
         loop.call_soon_threadsafe(self._batch_done, loop, batch, outcomes, error)
 
     def _batch_done(
@@ -165,7 +172,7 @@ class GroupCommit:
             if op.future.done():  # its caller was cancelled; the write stands or fell all the same
                 continue
             if outcomes is None:
-                op.future.set_exception(error if error is not None else StoreUnavailable("write failed"))
+                op.future.set_exception(error if error is not None else write_failed())
                 continue
             ok, value = outcomes[i]
             if ok:
