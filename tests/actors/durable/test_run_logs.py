@@ -151,7 +151,7 @@ async def test_leaving_the_system_mid_step_warns_with_the_resume_command(
             f"event='run stopped mid-step' execution_id='{eid}' agent_path='agent:slowpoke/tool:slow' "
             "node_id='turn:0/tool:slow' step_type='tool_call' "
             f"resume=\"await system.resume('{eid}') in a process whose ActorSystem has runner 'slowpoke', "
-            f"or: tether resume {eid} --runner module:attr\" "
+            f'or: tether resume {eid} --runner module:attr" '
         ), mine
 
 

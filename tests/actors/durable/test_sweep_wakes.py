@@ -109,9 +109,13 @@ async def test_a_wake_in_a_store_outage_is_let_go_and_the_wait_stays_due(
             if r.name == "tether" and r.getMessage().startswith("event='wake let go in a store outage' ")
         ]
         assert len(said) == 1 and said[0].levelno == logging.WARNING
-        assert said[0].getMessage().startswith(
-            "event='wake let go in a store outage' execution_id='w3' "
-            "error=\"StoreUnavailable('the store is down')\" "
+        assert (
+            said[0]
+            .getMessage()
+            .startswith(
+                "event='wake let go in a store outage' execution_id='w3' "
+                "error=\"StoreUnavailable('the store is down')\" "
+            )
         ), said[0].getMessage()
         store.down = False
         assert [eid for eid, _ in await store.due_waits(10)] == ["w3"]
