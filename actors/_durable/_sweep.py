@@ -232,19 +232,27 @@ class FleetWorker:
             if await self._wake(store, execution_id, seq):
                 taken += 1
 
+        # What to take is read before any take starts: a store error while reading is raised as
+        # itself (not in a task group's exception group) when no run is held here yet.
         await self._scheduled(store, limit)
+        expired = await self._expire(store, limit)
+        admitted: list[str] = []
+        if len(expired) < limit:
+            room = limit - len(expired)
+            listing = functools.partial(self._orphans, store, room, set(expired))
+            admitted, _ = await admit(store, listing, room, self._runs.is_live, self._retake.add)
+        room = limit - len(expired) - len(admitted)
+        try:
+            due = await self._due(store, room) if room > 0 else []
+        except StoreError:
+            if not (expired or admitted):
+                raise
+            due = []  # the runs held here are driven; a later sweep wakes the due ones
         async with anyio.create_task_group() as tg:
-            expired = await self._expire(store, limit)
-            admitted: list[str] = []
-            if len(expired) < limit:
-                room = limit - len(expired)
-                listing = functools.partial(self._orphans, store, room, set(expired))
-                admitted, _ = await admit(store, listing, room, self._runs.is_live, self._retake.add)
             # A pause claimed here is then an orphan too: each run is taken once.
             for execution_id in dict.fromkeys([*expired, *admitted]):
                 tg.start_soon(take, execution_id)
-            room = limit - len(expired) - len(admitted)
-            for execution_id, seq in await self._due(store, room) if room > 0 else []:
+            for execution_id, seq in due:
                 tg.start_soon(wake, execution_id, seq)
         return taken
 
