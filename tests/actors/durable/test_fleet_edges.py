@@ -18,6 +18,7 @@ from actors._durable import _sweep
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import (
     RESUME,
+    Admission,
     AlreadyResumed,
     Checkpoint,
     PendingInterrupt,
@@ -293,6 +294,55 @@ async def test_a_run_let_go_in_an_outage_is_taken_by_a_later_sweep(
         assert "error=\"StoreUnavailable('the store is down')\"" in said[0], said
         store.down = False
         assert await system.sweep() == 1
+        assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
+
+
+class DownTakes(SQLiteStore):
+    """A SQLite store whose takes of a queued run fail while ``down``."""
+
+    down = False
+
+    async def take_queued(self, execution_id: str) -> Admission:
+        if self.down:
+            raise StoreUnavailable("the store is down")
+        return await super().take_queued(execution_id)
+
+
+async def test_a_sweep_whose_take_meets_an_outage_raises_it_and_a_later_sweep_takes_the_run(
+    tmp_path: Path,
+) -> None:
+    agent = _agent()
+    async with DownTakes(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await system.enqueue(agent, "o1", execution_id="q1")
+        store.down = True
+        with pytest.raises(StoreUnavailable, match="the store is down"):
+            await system.sweep()
+        store.down = False
+        assert await system.sweep() == 1
+        assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
+
+
+class DownWaits(SQLiteStore):
+    """A SQLite store whose reads of the index of resting runs fail while ``down``."""
+
+    down = False
+
+    async def due_waits(self, limit: int) -> list[tuple[str, int]]:
+        if self.down:
+            raise StoreUnavailable("the store is down")
+        return await super().due_waits(limit)
+
+
+async def test_a_sweep_that_cannot_read_the_due_runs_drives_the_runs_it_took_or_raises(
+    tmp_path: Path,
+) -> None:
+    agent = _agent()
+    async with DownWaits(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        store.down = True
+        with pytest.raises(StoreUnavailable, match="the store is down"):
+            await system.sweep()  # nothing taken: the outage is the caller's to hear
+        await system.enqueue(agent, "o1", execution_id="q1")
+        assert await system.sweep() == 1  # the queued run it took is driven all the same
         assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
 
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
 import pytest
 from conftest import Backend
 
-from actors import ActorSystem, Agent, sleep, tool
+from actors import ActorSystem, Agent, interrupt, sleep, sleep_until, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import WAKE, SQLiteStore, StoreUnavailable
+from stores import WAKE, Checkpoint, SQLiteStore, StoreUnavailable, utcnow
 
 pytestmark = pytest.mark.anyio
 
@@ -142,6 +143,50 @@ async def test_a_wake_its_runner_cannot_drive_is_logged_uncounted_and_stays_due(
         assert (await system.status("w4")).status == "waiting"
 
 
+class _Vanishing(SQLiteStore):
+    """A SQLite store in which run ``a-gone`` is deleted right after its next read, once ``vanish``
+    is set (a run deleted between the timers' read of the index and their wake of it)."""
+
+    vanish = False
+    _seen = False
+
+    async def latest(self, execution_id: str) -> Checkpoint | None:
+        if self.vanish and execution_id == "a-gone":
+            if self._seen:
+                return None
+            self._seen = True
+        return await super().latest(execution_id)
+
+
+async def test_the_timers_wake_every_run_due_in_one_look_past_one_deleted_meanwhile(tmp_path: Path) -> None:
+    """Two runs of this system fall due at one time and the first is deleted as the timers wake it:
+    the second is woken in the same look, not at the timers' next one a second or more later."""
+    due = utcnow() + timedelta(seconds=1)
+
+    @tool
+    async def nap() -> str:
+        """Sleep until a shared time."""
+        await sleep_until(due)
+        return "rested"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"awake: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("nap", {})])
+
+    agent = Agent("shared-napper", FunctionModel(model), tools=[nap])
+    async with _Vanishing(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        for execution_id in ("a-gone", "b-free"):  # one wake time: the index lists them in this order
+            result = await (await system.spawn(agent, "go", execution_id=execution_id)).result(timeout=30)
+            assert result.status == "waiting" and result.wake_at == due
+        store.vanish = True
+        with anyio.fail_after(30):
+            while (await system.status("b-free")).status != "completed":  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        late = (utcnow() - due).total_seconds()
+        assert late < 0.8, late
+
+
 async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Backend) -> None:
     agent, quick = _napper([]), Agent("quick", FunctionModel(lambda messages: "done"))
     await _asleep_and_due(store_backend, agent, "w4")
@@ -152,6 +197,38 @@ async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Ba
         assert await system.sweep(limit=1) == 1  # a limit of one still wakes a due run
         assert await store.due_waits(10) == []
         assert (await system.status("w4")).status == "completed"
+
+
+async def test_a_sweep_counts_every_run_it_wakes(store_backend: Backend) -> None:
+    agent = _napper([])
+    for execution_id in ("w5", "w6"):
+        await _asleep_and_due(store_backend, agent, execution_id)
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        assert await system.sweep() == 2
+        assert await store.due_waits(10) == []
+
+
+async def test_a_sweeps_limit_counts_its_wakes_after_its_expired_pauses(store_backend: Backend) -> None:
+    @tool
+    async def ask() -> str:
+        """Ask a person, briefly."""
+        return "approved" if interrupt("go on?", expires_in=0.2).approved else "refused"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"asked: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("ask", {})])
+
+    asker, napper = Agent("asker", FunctionModel(model), tools=[ask]), _napper([])
+    await _asleep_and_due(store_backend, napper, "w7")
+    async with store_backend.open() as store, ActorSystem(store, runners=[asker, napper]) as system:
+        assert (
+            await (await system.spawn(asker, "go", execution_id="x7")).result(timeout=30)
+        ).status == "paused"
+        await anyio.sleep(0.3)
+        assert await system.sweep(limit=1) == 1  # the expired pause fills the limit: no wake
+        assert (await system.ref("x7").result(timeout=30)).output == "asked: refused"
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w7"]
 
 
 async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_backend: Backend) -> None:
