@@ -5,6 +5,7 @@ outage (the wait stays due for a later sweep). The worker-process side is in ``t
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from datetime import timedelta
@@ -229,6 +230,82 @@ async def test_a_sweeps_limit_counts_its_wakes_after_its_expired_pauses(store_ba
         assert await system.sweep(limit=1) == 1  # the expired pause fills the limit: no wake
         assert (await system.ref("x7").result(timeout=30)).output == "asked: refused"
         assert [eid for eid, _ in await store.due_waits(10)] == ["w7"]
+
+
+async def test_serve_wakes_due_runs_in_process_once_each_within_its_concurrency(
+    store_backend: Backend,
+) -> None:
+    """Runs that went to sleep in a process now gone are woken by a serving system, each once,
+    never more at once than its ``concurrency``; their waits are settled."""
+    now, most = 0, 0
+
+    @tool
+    async def nap() -> str:
+        """Sleep a moment, then work a moment."""
+        nonlocal now, most
+        await sleep(NAP)
+        now += 1
+        most = max(most, now)
+        await anyio.sleep(0.2)
+        now -= 1
+        return "rested"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"awake: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("nap", {})])
+
+    agent = Agent("working-napper", FunctionModel(model), tools=[nap])
+    ids = ("s1", "s2", "s3")
+    for execution_id in ids:
+        await _asleep_and_due(store_backend, agent, execution_id)
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(system.serve, concurrency=1, poll=0.05))
+            with anyio.fail_after(30):
+                for execution_id in ids:
+                    while (await system.status(execution_id)).status != "completed":  # noqa: ASYNC110
+                        await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+        assert most == 1
+        assert await store.due_waits(10) == []
+        for execution_id in ids:
+            rows = await system.history(execution_id)
+            assert [row.step_type for row in rows].count(WAKE) == 1, execution_id
+
+
+async def test_a_cancelled_serve_hands_a_run_it_woke_to_the_fleet(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tether")
+    working = anyio.Event()
+
+    @tool
+    async def nap() -> str:
+        """Sleep a moment, then work for long."""
+        await sleep(NAP)
+        working.set()
+        await anyio.sleep(60)
+        return "never"
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        return ModelReply(tool_calls=[ToolCall("nap", {})])
+
+    agent = Agent("long-napper", FunctionModel(model), tools=[nap])
+    await _asleep_and_due(store_backend, agent, "h1")
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(system.serve, concurrency=2, poll=0.05, shutdown_grace=0))
+                await working.wait()
+                tg.cancel_scope.cancel()
+        said = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "tether" and r.getMessage().startswith("event='runs handed to the fleet' ")
+        ]
+        assert len(said) == 1 and said[0].startswith("event='runs handed to the fleet' runs=['h1'] "), said
+        assert (await system.status("h1")).status == "orphaned"  # for any worker's sweep to go on with
 
 
 async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_backend: Backend) -> None:
