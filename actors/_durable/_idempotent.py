@@ -70,7 +70,7 @@ from stores import normalize_json as normalize
 from .._core import LazyEvent
 from ._context import RunContext, check_owner, current_context
 from ._errors import SideEffectInDoubt
-from ._runlog import StepAbandoned, cancelled_elsewhere, outage_abandoned, outlast
+from ._runlog import StepAbandoned, cancelled_elsewhere, outage_abandoned, outlast, refusal_abandoned
 
 __all__ = ["after_bodies", "idempotency_key", "idempotent", "module_name"]
 
@@ -184,11 +184,11 @@ class _Call:
         that stays unusable, or a lost lock, raises :class:`StepAbandoned` (never a tool's result)."""
         try:
             return await outlast(attempt, execution_id=self.execution_id, grace=self.grace, what=what)
-        except StoreError as error:
+        except StoreError as error:  # outlast raised an outage past the grace as OwnershipLost
             lost = (
                 error
                 if isinstance(error, OwnershipLost)
-                else outage_abandoned(self.execution_id, self.grace, error)
+                else refusal_abandoned(self.execution_id, what, error)
             )
             raise StepAbandoned(lost) from error
 

@@ -69,6 +69,7 @@ __all__ = [
     "cancelled_elsewhere",
     "outage_abandoned",
     "outlast",
+    "refusal_abandoned",
     "step_seq",
     "usage_of",
 ]
@@ -144,6 +145,15 @@ def outage_abandoned(execution_id: str, grace: float, error: BaseException) -> O
         f"run {execution_id!r} was abandoned: its store stayed unusable for {grace:g} s "
         f"({type(error).__name__}: {error}); it stopped without writing, and a sweep recovers it "
         "once the store is back"
+    )
+
+
+def refusal_abandoned(execution_id: str, what: str, error: BaseException) -> OwnershipLost:
+    """The error of a run abandoned because its store refused ``what`` with an error that is not
+    an outage (a corrupt entry, a schema it does not know): no retry would help."""
+    return OwnershipLost(
+        f"run {execution_id!r} was abandoned: its store refused the {what} ({type(error).__name__}: "
+        f"{error}); it stopped without writing"
     )
 
 

@@ -21,7 +21,7 @@ import pytest
 from actors import ActorSystem, Agent, idempotent, tool
 from actors._durable import _idempotent
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import RUN_END, OwnershipLost, SQLiteStore, StoreUnavailable
+from stores import RUN_END, OwnershipLost, SQLiteStore, StoreCorrupt, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -141,6 +141,29 @@ class DownLookup(SQLiteStore):
 
     async def cache_get(self, execution_id: str, key: str) -> Any:
         raise self.error
+
+
+async def test_a_lookup_refused_for_another_reason_than_an_outage_abandons_the_step_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    charged: list[str] = []
+    agent = _agent(charged)
+    store = DownLookup(tmp_path / "t.db")
+    store.error = StoreCorrupt("the cache entry is not JSON")
+    async with store, ActorSystem(store, runners=[agent], store_outage_grace=5) as system:
+        ref = await system.spawn(agent, "o1", execution_id="run-1")
+        with anyio.fail_after(2), pytest.raises(OwnershipLost) as caught:  # no wait for the grace
+            await ref.result(timeout=LIMIT)
+        rows = await system.history("run-1")
+    assert charged == []
+    assert rows[-1].step_type == "tool_call"  # abandoned: nothing written after the tool's row
+    assert str(caught.value) == (
+        "run 'run-1' was abandoned: its store refused the @idempotent "
+        "test_idempotent_put._agent.<locals>.charge lookup (StoreCorrupt: the cache entry is not JSON); "
+        "it stopped without writing"
+    )
+    assert not [r for r in caplog.records if "store unusable: retrying" in r.getMessage()]
 
 
 @pytest.mark.parametrize("lost", [False, True])
