@@ -263,8 +263,11 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
         check_owner(call.store, call.execution_id)  # the body runs only while the run is ours
         if call.stopped is not None and call.stopped.is_set():
             raise cancelled_elsewhere(call.execution_id)
-    except (OwnershipLost, WriteConflict) as exc:  # never the tool's result: the run stops without writing
-        abandoned = StepAbandoned(exc)
+    except (StoreError, WriteConflict) as exc:  # never the tool's result: the run stops without writing
+        lost = exc
+        if not isinstance(exc, (OwnershipLost, WriteConflict)):  # the check itself could not be made
+            lost = refusal_abandoned(call.execution_id, f"ownership check of @idempotent {call.name}", exc)
+        abandoned = StepAbandoned(lost)
         _settle(flight, error=abandoned)  # each waiter checks for itself
         raise abandoned from None
     except BaseException as exc:

@@ -196,3 +196,53 @@ async def test_a_lookup_the_store_refuses_abandons_the_step(
             len(said) == 1
             and "write='@idempotent test_idempotent_put._agent.<locals>.charge lookup'" in said[0]
         )
+
+
+class ProbeDown(SQLiteStore):
+    """A SQLite store whose next ownership check fails once ``fail_next`` is set, as a store that
+    cannot read its lock file does."""
+
+    fail_next = False
+
+    def check_owner(self, execution_id: str) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreUnavailable("the lock file cannot be read")
+        super().check_owner(execution_id)
+
+
+async def test_an_ownership_check_the_store_cannot_make_abandons_the_step(tmp_path: Path) -> None:
+    """The check made before the body fails with a store error: the step is abandoned, as on a lost
+    lock, and the model never reads the store's error as the tool's result."""
+    charged: list[str] = []
+    store = ProbeDown(tmp_path / "t.db")
+
+    @idempotent
+    async def charge(order: str) -> str:
+        charged.append(order)
+        return f"charged {order}"
+
+    @tool
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        if not charged:
+            store.fail_next = True  # the check before the body, not the one before this tool
+        return await charge(order)
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return f"done: {messages[-1].content}"
+        return ModelReply(tool_calls=[ToolCall("refund", {"order": "o1"})])
+
+    agent = Agent("refunds", FunctionModel(model), tools=[refund])
+    async with store, ActorSystem(store, runners=[agent]) as system:
+        ref = await system.spawn(agent, "go", execution_id="run-1")
+        with anyio.fail_after(LIMIT), pytest.raises(OwnershipLost) as caught:
+            await ref.result()
+        assert str(caught.value) == (
+            "run 'run-1' was abandoned: its store refused the ownership check of @idempotent "
+            "test_idempotent_put.test_an_ownership_check_the_store_cannot_make_abandons_the_step"
+            ".<locals>.charge (StoreUnavailable: the lock file cannot be read); it stopped without writing"
+        )
+        assert (await system.history("run-1"))[-1].step_type == "tool_call"  # no tool result written
+    assert charged == []
