@@ -322,6 +322,28 @@ async def test_a_sweep_whose_take_meets_an_outage_raises_it_and_a_later_sweep_ta
         assert (await system.ref("q1").result(timeout=LIMIT)).status == "paused"
 
 
+async def test_serve_rides_out_an_outage_met_in_a_take_and_takes_the_run_after(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tether")
+    agent = _agent()
+    async with DownTakes(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
+        await system.enqueue(agent, "o1", execution_id="q1")
+        store.down = True
+        with anyio.fail_after(LIMIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(system.serve, poll=0.05))
+                while not any(  # noqa: ASYNC110 (the log of the serve task)
+                    r.getMessage().startswith("event='store unusable: serve looks again' ")
+                    for r in caplog.records
+                ):
+                    await anyio.sleep(0.02)
+                store.down = False
+                while (await system.status("q1")).status != "paused":  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+                tg.cancel_scope.cancel()
+
+
 class DownWaits(SQLiteStore):
     """A SQLite store whose reads of the index of resting runs fail while ``down``."""
 
