@@ -90,6 +90,29 @@ def test_inbox_entries_need_their_own_acknowledgment_and_are_named_by_signal_id(
     )
 
 
+@pytest.mark.parametrize(
+    ("stored", "counted"), [(0, True), (3, True), (-1, False), (True, False), (None, False), (1.0, False)]
+)
+def test_the_inbox_count_is_a_whole_number_of_zero_or_more(stored: object, counted: bool) -> None:
+    content = msgspec.json.encode({"accepted": 1, "signals": stored, "rejections": []})
+    answer = classify(200, content, headers(), signals=True)
+    if counted:  # a plane may store none of the entries it was sent: it says so with 0
+        assert answer.outcome is Verdict.ACCEPTED
+    else:
+        assert (answer.outcome, answer.explanation) == (
+            Verdict.FAILED,
+            'no "signals" count for the inbox entries it was sent (a plane that does not take them?)',
+        )
+
+
+def test_entries_the_plane_names_after_one_it_cannot_read_are_still_read() -> None:
+    body = msgspec.json.encode(
+        {"accepted": 0, "rejections": ["garbled", {"checkpoint_id": "a"}, 7, {"signal_id": "s"}]}
+    )
+    answer = classify(200, body, headers())
+    assert (answer.rejections, answer.signal_rejections) == ({"a": "rejected"}, {"s": "rejected"})
+
+
 @pytest.mark.parametrize("status", [400, 409, 413, 422])
 def test_payload_refusals_are_refused_with_the_rows_they_name(status: int) -> None:
     body = msgspec.json.encode({"error": "too long", "rejections": [{"checkpoint_id": "x", "reason": "r"}]})
