@@ -188,6 +188,40 @@ async def test_the_timers_wake_every_run_due_in_one_look_past_one_deleted_meanwh
         assert late < 0.8, late
 
 
+async def test_a_take_its_runner_cannot_drive_is_logged_uncounted_and_left_for_another(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run left mid-tool by a process that stopped; the runner deployed now lacks that tool: the
+    sweep says so and counts no take, and the run stays an orphan for a process with that tool."""
+    caplog.set_level(logging.WARNING, logger="tether")
+    entered = anyio.Event()
+
+    @tool
+    async def nap() -> str:
+        """Work for long."""
+        entered.set()
+        await anyio.sleep(60)
+        return "never"
+
+    first = Agent(
+        "napper", FunctionModel(lambda messages: ModelReply(tool_calls=[ToolCall("nap", {})])), tools=[nap]
+    )
+    async with store_backend.open() as store, ActorSystem(store, runners=[first]) as system:
+        await system.spawn(first, "go", execution_id="o1")
+        with anyio.fail_after(30):
+            await entered.wait()
+    caplog.clear()
+    changed = Agent("napper", FunctionModel(lambda messages: "never"))  # no tool "nap" any more
+    async with store_backend.open() as store, ActorSystem(store, runners=[changed]) as system:
+        assert await system.sweep() == 0
+        said = [r.getMessage() for r in caplog.records if r.name == "tether" and r.levelno == logging.WARNING]
+        assert len(said) == 1 and said[0].startswith(
+            "event='sweep could not take a run' execution_id='o1' "
+            "error='ToolNotFound(\"agent \\'napper\\' has no tool named \\'nap\\' (run \\'o1\\')\")' "
+        ), said
+        assert (await system.status("o1")).status == "orphaned"
+
+
 async def test_a_sweeps_limit_counts_its_wakes_after_its_takes(store_backend: Backend) -> None:
     agent, quick = _napper([]), Agent("quick", FunctionModel(lambda messages: "done"))
     await _asleep_and_due(store_backend, agent, "w4")
