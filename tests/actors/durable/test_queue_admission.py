@@ -32,6 +32,19 @@ async def _statuses(system: ActorSystem, ids: list[str]) -> dict[str, str]:
     return {eid: (await system.status(eid)).status for eid in ids}
 
 
+async def test_a_sweep_takes_the_higher_priority_first_then_the_older(store_backend: Backend) -> None:
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        for eid, priority in (("p0", 0), ("p5", 5), ("p1", 1), ("p5b", 5)):
+            await system.enqueue(agent, eid, execution_id=eid, queue="q", priority=priority)
+        taken = []
+        for _ in range(4):
+            assert await system.sweep(limit=1) == 1
+            taken += [eid for eid, status in (await _statuses(system, ["p0", "p5", "p1", "p5b"])).items()
+                      if status == "completed" and eid not in taken]  # fmt: skip
+        assert taken == ["p5", "p5b", "p1", "p0"]
+
+
 async def test_a_full_queue_does_not_hide_the_runs_listed_after_it(store_backend: Backend) -> None:
     agent = _agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
