@@ -248,8 +248,8 @@ async def test_a_sweep_goes_past_an_expired_pause_decided_elsewhere(
         store.expired = with_one_decided_elsewhere  # type: ignore[method-assign]
         assert await system.sweep() == 1
         assert (await system.ref("x1").result(timeout=LIMIT)).output == "done: refused o1"
-    said = [r.getMessage() for r in caplog.records if "pause expired" in r.getMessage()]
-    assert len(said) == 1 and "execution_id='x1'" in said[0], said
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("event='pause expired' ")]
+    assert len(said) == 1 and said[0].startswith("event='pause expired' execution_id='x1' "), said
 
 
 async def test_a_paused_run_whose_owner_died_has_its_stale_ownership_dropped(
