@@ -21,18 +21,25 @@ runs hold their 4 rows in order (raw: its whole table). Needs ``valgrind`` on ``
 under it (``--tiny``: tether alone, 2 runs). ``--spawns`` counts step_path's spawns row instead:
 tether runs in batches of 64 (``--runs`` 128 unless given, a multiple of 64), started by awaited
 ``spawn`` calls one after another or all at once, each child's warm-up one batch.
+
+``--against REV`` is the A/B of two trees: this tree's tether and the tree at git revision ``REV``
+(extracted with ``git archive`` into a temporary folder, its own benchmark's child run there) are
+counted side by side, half the runs one after another (``--runs``) and half 64 at a time (spawned
+at once, in batches of 64), and it prints each mode's ratio and the ratio over both halves.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,7 +56,7 @@ from benchmarks.step_path import (
 )
 from stores import Checkpoint, PostgresStore, Store
 
-__all__ = ["BACKENDS", "CONTENDERS", "instructions_per_run", "main"]
+__all__ = ["BACKENDS", "CONTENDERS", "against", "instructions_per_run", "main"]
 
 CONTENDERS = ("raw", "store", "tether")
 #: ``--spawns``: tether runs started in batches by awaited spawn calls, or by spawns all at once.
@@ -123,9 +130,9 @@ async def _child(name: str, backend: str, runs: int, verified: int, batch: int) 
             await contender.close()
 
 
-def _count(name: str, backend: str, runs: int, verified: int, batch: int) -> int:
+def _count(name: str, backend: str, runs: int, verified: int, batch: int, tree: Path | None = None) -> int:
     """Instructions of one child doing the warm-up and ``runs`` runs of ``name`` on ``backend``,
-    checking ``verified``."""
+    checking ``verified``; with ``tree``, the child is that tree's benchmark, run in it."""
     result = subprocess.run(
         [
             "valgrind",
@@ -149,6 +156,8 @@ def _count(name: str, backend: str, runs: int, verified: int, batch: int) -> int
         text=True,
         timeout=1800,
         check=False,
+        cwd=tree,
+        env=None if tree is None else {**os.environ, "PYTHONPATH": str(tree)},
     )
     found = _COLLECTED.search(result.stderr)
     if result.returncode != 0 or found is None:
@@ -156,14 +165,16 @@ def _count(name: str, backend: str, runs: int, verified: int, batch: int) -> int
     return int(found.group(1))
 
 
-def instructions_per_run(name: str, runs: int, backend: str = "sqlite", batch: int = BATCH) -> float:
+def instructions_per_run(
+    name: str, runs: int, backend: str = "sqlite", batch: int = BATCH, tree: Path | None = None
+) -> float:
     """(instructions with ``2 * runs`` runs - instructions with ``runs``) / ``runs``: both children
     check ``runs`` runs (every run of the first, the last half of the second), so the check's own
     reads cancel out with the start-up and the warm-up. The two children run side by side: each
     counts its own instructions, so running them at once changes no count, only the wall time."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        more = pool.submit(_count, name, backend, 2 * runs, runs, batch)
-        fewer = pool.submit(_count, name, backend, runs, runs, batch)
+        more = pool.submit(_count, name, backend, 2 * runs, runs, batch, tree)
+        fewer = pool.submit(_count, name, backend, runs, runs, batch, tree)
         return (more.result() - fewer.result()) / runs
 
 
@@ -200,12 +211,67 @@ def report_spawns(counts: dict[str, float], runs: int, batch: int, backend: str 
     print("verified: tether runs answered with the tool once and hold their 4 rows in order")
 
 
+#: ``--against``: the two halves of the runs, one after another and 64 at a time.
+AB_MODES = (("one after another", "tether"), ("64 at a time", "spawns-at-once"))
+#: ``--against``: the most this tree may cost per run, as a share of the other tree, per backend.
+AB_TARGETS = {"sqlite": 0.6, "postgres": 0.7}
+
+
+@contextlib.contextmanager
+def other_tree(revision: str) -> Iterator[Path]:
+    """The project's tree at git ``revision``, extracted into a temporary folder."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="tether-against-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", revision],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if archive.returncode != 0:
+            detail = archive.stderr.decode(errors="replace").strip()
+            raise SystemExit(f"--against {revision}: git archive failed: {detail}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, timeout=120, check=True)
+        yield Path(tmp)
+
+
+def against(revision: str, runs: int, backend: str, batch: int = BATCH) -> dict[str, tuple[float, float]]:
+    """Per mode, (this tree's, ``revision``'s) instructions per tether run."""
+    counts: dict[str, tuple[float, float]] = {}
+    with other_tree(revision) as tree:
+        for mode, name in AB_MODES:
+            mode_runs = runs if name == "tether" else max(batch, runs - runs % batch)
+            ours = instructions_per_run(name, mode_runs, backend, batch)
+            theirs = instructions_per_run(name, mode_runs, backend, batch, tree)
+            counts[mode] = (ours, theirs)
+    return counts
+
+
+def report_against(counts: dict[str, tuple[float, float]], revision: str, backend: str = "sqlite") -> None:
+    print(f"instructions per tether run under callgrind, {_LABELS[backend]}: this tree against {revision}")
+    header = f"{'mode':<20}{'this tree':>14}{revision[:12]:>14}{'ratio':>8}"
+    print(header)
+    print("-" * len(header))
+    for mode, (ours, theirs) in counts.items():
+        print(f"{mode:<20}{ours:>14,.0f}{theirs:>14,.0f}{ours / theirs:>7.2f}x")
+    ours_total = sum(ours for ours, _ in counts.values())
+    theirs_total = sum(theirs for _, theirs in counts.values())
+    ratio = ours_total / theirs_total
+    print(
+        f"{'both halves':<20}{ours_total / len(counts):>14,.0f}{theirs_total / len(counts):>14,.0f}{ratio:>7.2f}x"
+    )
+    target = AB_TARGETS[backend]
+    verdict = "PASS" if ratio <= target else "MISS"
+    print(f"target: this tree at most {target:.1f}x the instructions per run of {revision}: {verdict}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, help="counted runs per child (100; --spawns: 128)")
     parser.add_argument("--backend", choices=BACKENDS, default="sqlite", help="the store and driver")
     parser.add_argument("--spawns", action="store_true", help="awaited spawns against spawns at once")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (tether, 2 runs)")
+    parser.add_argument("--against", metavar="REV", help="A/B: this tree against the tree at git REV")
     parser.add_argument("--child", choices=CONTENDERS + SPAWNS, help=argparse.SUPPRESS)
     parser.add_argument("--verified", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
@@ -215,6 +281,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")
+    if args.against is not None:
+        batch = 4 if args.tiny else BATCH
+        runs = batch if args.tiny else (args.runs or RUNS)
+        report_against(against(args.against, runs, args.backend, batch), args.against, args.backend)
+        return
     if args.spawns:
         batch = 4 if args.tiny else BATCH
         runs = batch if args.tiny else (args.runs or 2 * BATCH)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from conftest import run_benchmark
@@ -55,3 +58,66 @@ def test_instructions_spawns_report() -> None:
     ), out
     assert re.search(r"^awaited-spawns\s+2,100,000$", out, re.MULTILINE), out
     assert "awaited spawns over spawns at once: 1.05x the instructions per run" in out, out
+
+
+def test_instructions_against_report() -> None:
+    """``--against``'s report: each mode's two counts and ratio, both halves, and the target's verdict."""
+    from benchmarks.instructions import report_against
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        report_against(
+            {"one after another": (1_200_000.0, 2_400_000.0), "64 at a time": (1_000_000.0, 2_000_000.0)},
+            "6f0b2a1",
+        )
+    out = buffer.getvalue()
+    assert out.startswith(
+        "instructions per tether run under callgrind, SQLite (WAL, synchronous=FULL): this tree against 6f0b2a1"
+    ), out
+    assert re.search(r"^one after another\s+1,200,000\s+2,400,000\s+0\.50x$", out, re.MULTILINE), out
+    assert re.search(r"^both halves\s+1,100,000\s+2,200,000\s+0\.50x$", out, re.MULTILINE), out
+    assert out.rstrip().endswith("at most 0.6x the instructions per run of 6f0b2a1: PASS"), out
+
+
+def test_instructions_against_runs_the_other_trees_child() -> None:
+    """``--against``'s other tree is the project at that revision, and its own child runs there, on
+    its own code (without valgrind here: the child's work is what callgrind counts)."""
+    from benchmarks.instructions import other_tree
+
+    with other_tree("HEAD") as tree:
+        where = subprocess.run(
+            [sys.executable, "-c", "import actors; print(actors.__file__)"],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert where.stdout.strip() == str(tree / "actors" / "__init__.py"), where.stdout + where.stderr
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.instructions",
+                "--child",
+                "tether",
+                "--runs",
+                "2",
+                "--verified",
+                "2",
+            ],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert child.returncode == 0, child.stdout + child.stderr
+
+
+def test_instructions_against_an_unknown_revision_names_it() -> None:
+    from benchmarks.instructions import other_tree
+
+    with pytest.raises(SystemExit, match="--against no-such-revision: git archive failed"):
+        with other_tree("no-such-revision"):
+            pass
