@@ -26,7 +26,7 @@ import anyio
 import asyncpg
 
 from .._errors import owner_lock_held
-from .._model import HITL_PAUSE, INTERRUPTED, RUN_END
+from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, WAIT
 from .._owners import Ownership
 from ._connection import advisory_key
 from ._sql import HELD_KEYS
@@ -44,10 +44,10 @@ ON CONFLICT (execution_id) DO UPDATE
     SET owner = excluded.owner, owner_key = excluded.owner_key, since = excluded.since
     WHERE o.owner IS NULL OR o.owner = excluded.owner OR o.owner_key NOT IN ({HELD_KEYS})
 RETURNING true""",
-    # Release: the row goes when the run rests (its newest row a run_end or a pause) or has no rows;
+    # Release: the row goes when the run rests (its newest row a run_end, a pause or a wait) or has no rows;
     # a run left mid-step is handed to the fleet instead (no owner), and the workers are told.
     "release": f"""
-WITH n AS (SELECT c.step_type = '{RUN_END}' OR (c.step_type = '{HITL_PAUSE}' AND c.status = '{INTERRUPTED}')
+WITH n AS (SELECT c.step_type IN ('{RUN_END}', '{WAIT}') OR (c.step_type = '{HITL_PAUSE}' AND c.status = '{INTERRUPTED}')
                   AS resting
            FROM {{s}}.checkpoints c WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1),
 d AS (DELETE FROM {{s}}.run_owners WHERE execution_id = $1 AND owner = $2

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from .._errors import StoreUnavailable, owned_elsewhere
 from .._loop import Loop, running_loop
-from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, new_id
+from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, WAIT, new_id
 from .._owners import Op, Ownership
 
 __all__ = [
@@ -199,13 +199,18 @@ def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: Live
 
 
 def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None:
-    """In a write transaction: delete the run's row if ``owner`` holds it and the run rests (or has
-    no rows); a run left mid-step is handed to the fleet instead (no owner)."""
+    """In a write transaction: delete the run's row if ``owner`` holds it and the run rests (a
+    ``run_end``, a pause, a tool's ``wait``) or has no rows; a run left mid-step is handed to the
+    fleet instead (no owner)."""
     newest = conn.execute(
         "SELECT step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
         (execution_id,),
     ).fetchone()
-    if newest is None or newest[0] == RUN_END or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED):
+    if (
+        newest is None
+        or newest[0] in (RUN_END, WAIT)
+        or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED)
+    ):
         rest_row(conn, execution_id, owner)
     else:
         conn.execute(
