@@ -203,3 +203,41 @@ async def test_a_stale_entry_of_a_deleted_run_is_dropped_and_the_next_due_run_wo
         assert (await system.ref("kept").result(timeout=30)).output == "awake: rested"
         assert await store.latest("gone") is None
         assert await store.due_waits(10) == [] and await store.next_wake() is None
+
+
+async def test_a_wake_that_finds_the_run_resting_again_leaves_it_no_ones(store_backend: Backend) -> None:
+    """Another process wakes the run after this sweep found its wait due and before this sweep's
+    wake reaches it, and the run rests again at a later wait: this wake leaves it as it is, and
+    the run is no one's (no sweep is asked to take it), its later wait still recorded."""
+    agent = _twice_resting()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        due = await _asleep(system, agent, "raced")
+    await _past(due)
+    later: list[datetime | None] = []
+
+    async def woken_elsewhere() -> None:
+        async with store_backend.open() as other, ActorSystem(other, runners=[agent]) as elsewhere:
+            assert await elsewhere.sweep() == 1
+            later.append((await elsewhere.status("raced")).wake_at)
+
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        read = store.latest
+        done = False
+
+        async def latest(execution_id: str) -> Any:
+            nonlocal done
+            found = await read(execution_id)
+            if not done:  # the sweep's check of the due entry: the wait is still the newest row
+                done = True
+                await woken_elsewhere()
+            return found
+
+        store.latest = latest  # type: ignore[method-assign]
+        with anyio.fail_after(30):
+            await system.sweep()
+        [wake_at] = later
+        summary = await system.status("raced")
+        assert wake_at is not None and (summary.status, summary.wake_at) == ("waiting", wake_at)
+        assert [step for step, _ in await _steps(system, "raced")].count(WAKE) == 1
+        assert await store.orphans() == [] and await store.unowned(["raced"]) == set()  # type: ignore[attr-defined]
+        assert await store.next_wake() == wake_at

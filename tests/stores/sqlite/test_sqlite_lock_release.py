@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stores import COMPLETED, FAILED, HITL_PAUSE, INTERRUPTED, TOOL_CALL, SQLiteStore
+from stores import COMPLETED, FAILED, HITL_PAUSE, INTERRUPTED, TOOL_CALL, WAIT, SQLiteStore
 from stores.testing import make_pending, make_row, run_end_row
 
 pytestmark = pytest.mark.anyio
@@ -60,6 +60,28 @@ async def test_the_release_of_a_paused_run_leaves_it_no_ones(tmp_path: Path) -> 
         assert await other.unowned(["paused"]) == set()
         assert await other.orphans() == []
         assert [p.execution_id for p in await other.pending()] == ["paused"]  # it waits for a person
+
+
+async def test_the_release_of_a_run_resting_at_a_wait_leaves_it_no_ones(tmp_path: Path) -> None:
+    """A wake that found the wait not yet due writes nothing: the run still rests at its wait."""
+    path = tmp_path / "tether.db"
+    async with SQLiteStore(path) as writer:
+        await writer.append(make_row("waiting", 0))
+        wait = make_row(
+            "waiting",
+            1,
+            "turn:0/tool:nap",
+            step_type=WAIT,
+            status=INTERRUPTED,
+            step_index=0,
+            agent_path="agent:a/tool:nap",
+            interrupt_reason="sleep",
+        )
+        await writer.append_wait(wait, None, None)
+    await _held_and_released(path, "waiting")
+    async with SQLiteStore(path) as other:
+        assert await other.unowned(["waiting"]) == set()
+        assert await other.orphans() == []
 
 
 async def test_the_release_of_a_run_left_mid_step_hands_it_to_the_fleet(tmp_path: Path) -> None:
