@@ -30,23 +30,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import anyio
 import msgspec
 
 from stores import (
     FORK_ORIGIN,
     HITL_PAUSE,
     LLM_CALL,
-    RUN_END,
     TOOL_CALL,
     WAIT,
     AlreadyResumed,
     Checkpoint,
     CheckpointError,
-    Store,
-    StoreError,
     conversation_of,
     tool_node,
     tool_path,
@@ -73,7 +69,7 @@ from ._messages import (
     Step,
     TakeTurn,
 )
-from ._runlog import RunLog, StepAbandoned, cancelled_elsewhere, step_seq
+from ._runlog import RunLog, StepAbandoned, step_seq
 from ._sources import RECORD, SourceTool, offer, recorded_tools
 from ._steering import append_turn
 from ._tools import ToolOutcome
@@ -86,9 +82,6 @@ __all__ = ["SIBLING_NOTE", "AgentLevel", "Special", "level_of"]
 
 #: What the model reads for a sibling tool call that a pause left behind (rule 6).
 SIBLING_NOTE = "[no result: the agent was interrupted before this tool ran; it was not run on resume]"
-#: The longest wait between two looks for a cancel from another process while a tool runs (seconds;
-#: a notice wakes it at once on PostgreSQL, SQLite polls at the store's own pace).
-_CANCEL_WATCH: Final = 0.5
 
 
 class Special(Protocol):
@@ -391,7 +384,8 @@ class AgentLevel(Level):
                 trace = self.rows.trace
                 if trace is not None:
                     invoke = functools.partial(trace.tool, row, call, attempt, invoke)
-                outcome = await _watched(self.store, row, stopped, invoke)
+                watch = self.rows.tool_watch
+                outcome = await (invoke() if watch is None else watch.run(self.store, row, stopped, invoke))
         except PauseSignal as signal:
             raise await self._pause(row, signal) from None
         except WaitSignal as wait:
@@ -509,62 +503,6 @@ def _call_of(transcript: Transcript, step: Checkpoint) -> tuple[list[ToolCall], 
                 return calls, index
             break
     raise AlreadyResumed(f"run {step.execution_id!r}: row {step.node_id!r} names no tool call to re-enter")
-
-
-async def _watched(
-    store: Store, row: Checkpoint, stopped: RunStop, invoke: Callable[[], Awaitable[ToolOutcome]]
-) -> ToolOutcome:
-    """``invoke()`` (a tool call, whose row is ``row``), stopped within about a second when another
-    process cancels the run meanwhile: the run's rows are watched while the tool runs (woken by the
-    store's notices on PostgreSQL, polling on SQLite; nothing is read for a tool done within the
-    first wait). Once the cancel's marker is seen, ``stopped`` is set (no ``@idempotent`` body
-    starts from then on), an async tool is cancelled, a sync one's thread abandoned, and the run
-    stops without writing."""
-    outcome: ToolOutcome | None = None
-    error: BaseException | None = None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            await _until_cancelled(store, row)
-            stopped.set()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            outcome = await invoke()
-        except anyio.get_cancelled_exc_class():
-            raise
-        except BaseException as exc:  # re-raised after the group, not wrapped in an exception group
-            error = exc
-        finally:
-            tg.cancel_scope.cancel()
-    if stopped.is_set():
-        raise cancelled_elsewhere(row.execution_id)
-    if error is not None:
-        raise error
-    assert outcome is not None
-    return outcome
-
-
-async def _until_cancelled(store: Store, row: Checkpoint) -> None:
-    """Return once the run has a ``run_end`` newer than ``row`` (a cancel from another process).
-
-    A tool done within the first :data:`_CANCEL_WATCH` seconds (most tools) costs no read and no
-    watch (on PostgreSQL the first wait of a store's watches opens its listening connection)."""
-    await anyio.sleep(_CANCEL_WATCH)
-    watch = store.watch(row.execution_id)
-    try:
-        while True:
-            try:
-                newest = await store.latest(row.execution_id)
-            except StoreError:  # an outage: the tool's own writes ride it out; look again later
-                await anyio.sleep(_CANCEL_WATCH)
-                continue
-            if newest is not None and newest.seq > row.seq and newest.step_type == RUN_END:
-                return
-            await watch.wait(_CANCEL_WATCH)
-    finally:
-        watch.close()
 
 
 def _first_abandoned(group: BaseExceptionGroup[StepAbandoned]) -> StepAbandoned:

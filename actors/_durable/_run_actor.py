@@ -56,6 +56,7 @@ from ._owned import owned
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
 from ._sources import activation_sources, uses_sources
+from ._tool_watch import ToolWatch
 from ._trace import RunTrace, active_tracer
 from .topologies import drive
 
@@ -108,8 +109,10 @@ class RunActor(Actor):
         grace: float = DEFAULT_OUTAGE_GRACE,
         let_go: set[str] | None = None,
         on_rest: Callable[[datetime | None], None] | None = None,
+        tool_watch: ToolWatch | None = None,
     ) -> None:
         self._on_rest = on_rest
+        self._tool_watch = tool_watch
         self.store = store
         self._grace = grace
         self._let_go = let_go if let_go is not None else set()
@@ -178,6 +181,7 @@ class RunActor(Actor):
             grace=self._grace,
             version=self.runner.version,
             fingerprint=self.runner.fingerprint,
+            tool_watch=self._tool_watch,
         )
 
     @property

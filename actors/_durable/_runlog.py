@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ..models._stream import TextSink
     from ._follow import EventHub
     from ._sources import Connections
+    from ._tool_watch import ToolWatch
     from ._trace import RunTrace
 
 __all__ = [
@@ -269,6 +270,7 @@ class RunLog:
         "shared",
         "sources",
         "store",
+        "tool_watch",
         "trace",
         "traceparent",
         "usage",
@@ -287,9 +289,13 @@ class RunLog:
         grace: float = DEFAULT_OUTAGE_GRACE,
         version: str | None = None,
         fingerprint: dict[str, Any] | None = None,
+        tool_watch: ToolWatch | None = None,
     ) -> None:
         self.store = store
         self.execution_id = execution_id
+        #: The system's watch on tool calls for a cancel from another process (``None``: this
+        #: activation's tools are not watched; rows written outside a system).
+        self.tool_watch = tool_watch
         self.runner = runner
         self.log = log
         #: How long a write rides out a store outage before the run is abandoned (:func:`outlast`).

@@ -53,6 +53,7 @@ from ._result import RunResult, resting_result
 from ._run_actor import Opening, RunActor
 from ._runlog import DEFAULT_OUTAGE_GRACE
 from ._shutdown import report_stop
+from ._tool_watch import ToolWatch
 from ._versions import version_of
 from .topologies import Runner, Supervisor, Swarm
 
@@ -162,6 +163,8 @@ class Runs:
         #: Told of each run that rests here, and its time if it has one (the process's timers,
         #: ``_timers``, which then also hear of signals sent to it from other processes).
         self.on_rest: Callable[[datetime | None], None] | None = None
+        #: The system's watch on its tool calls for a cancel written by another process.
+        self.tool_watch = ToolWatch(self.background)
 
     def background(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Run ``fn()`` as a task of this system until it closes (``False``: it is not open)."""
@@ -494,6 +497,7 @@ class Runs:
             grace=self.outage_grace,
             let_go=self.let_go,
             on_rest=self.on_rest,
+            tool_watch=self.tool_watch,
         )
 
     async def _deliver(self, store: Store, runner: Runner, execution_id: str, message: RunMessage) -> Reply:
