@@ -150,7 +150,7 @@ class FleetWorker:
         store = _fleet_store(await self._store())
         if not await store.try_lock(run_id):
             raise RunExists(f"run {run_id!r} is owned by a live process")
-        handed = False
+        handed = handing = False
         try:
             rows = RunLog(
                 store,
@@ -173,12 +173,19 @@ class FleetWorker:
                 )
             )
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+                handing = True
                 await store.hand_off(run_id, queue, key, priority)  # into its queue
                 handed = True
         finally:  # released mid-step, the run is handed to the fleet
             if not handed:
+                released = False
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
-                    await store.unlock(run_id)
+                    try:
+                        await store.unlock(run_id)
+                        released = True
+                    finally:
+                        if handing or not released:  # it may still name this process: its sweeps take it
+                            self._retake.add(run_id)
         return run_id
 
     async def claim(self, execution_id: str, resume: Resume) -> PendingInterrupt:
@@ -309,11 +316,12 @@ class FleetWorker:
     ) -> list[str]:
         """Up to ``limit`` orphans to take, not ``busy`` ones (those waiting for a runner this
         process lacks are skipped without a read) nor the queued runs of ``full`` queues and
-        ``full_keys``, then the runs this process let go in an outage."""
+        ``full_keys``, then the runs this process let go in an outage (even one waiting for a runner:
+        it may still name this process, so only this process can take it and release it again)."""
         skip = self._still_waiting() | busy
         listed = await store.orphans(limit + len(skip), full=full or (), full_keys=full_keys or ())
         found = [eid for eid in listed if eid not in skip]
-        return list(dict.fromkeys([*found[:limit], *(e for e in sorted(self._retake) if e not in skip)]))[
+        return list(dict.fromkeys([*found[:limit], *(e for e in sorted(self._retake) if e not in busy)]))[
             :limit
         ]
 
@@ -455,11 +463,15 @@ class FleetWorker:
         try:
             return await self._drive(store, execution_id)
         finally:
+            released = False
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
-                try:
+                with contextlib.suppress(StoreError):
                     await store.untake(execution_id)
-                except StoreError:  # it may still name this process: its sweeps take it again
-                    self._retake.add(execution_id)
+                    released = True
+            if released:
+                self._retake.discard(execution_id)
+            else:  # failed or cut off: it may still name this process, whose sweeps take it again
+                self._retake.add(execution_id)
 
     async def _drive(self, store: OwnedStore, execution_id: str) -> bool:
         if self._runs.is_live(execution_id):

@@ -194,3 +194,38 @@ async def test_a_cancelled_enqueue_waits_for_a_hung_store_two_bounds_only(
         also.undo()
         assert also.entered.is_set()
         assert 2 * BOUND * 0.9 <= took < 2 * BOUND + 1.0, took
+
+
+async def test_a_sweep_whose_release_write_was_cut_off_releases_the_run_at_its_next_sweep(
+    store_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's write of a take's release hangs past its bound: the run may still name this
+    process, so no other process can take it, and this process lacks its runner version. The
+    process's next sweep takes it again and releases it, for a worker of that version."""
+    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    async with store_backend.open() as store:
+        await _queued_for_another_version(store)
+        async with ActorSystem(store, runners=[_agent("2")]) as system:
+            hung = _Held(store, "_release_row", hang=True)  # the run is let go in memory first
+            await _timed_cancel(lambda: system.sweep(), hung)
+            hung.undo()
+            assert not await _free(store_backend, "q1")
+            assert await system.sweep() == 0  # taken again, not driven, released
+            assert await _free(store_backend, "q1")
+
+
+async def test_an_enqueue_whose_hand_off_write_was_cut_off_is_driven_by_its_next_sweep(
+    store_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's write of an enqueue's hand-off hangs past its bound: whether the run is in its
+    queue is unknown and it may still name this process, so the process's next sweep takes it."""
+    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    agent = _agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        await store.setup()
+        hung = _Held(store, "_hand_off_row", hang=True)  # the run is let go in memory first
+        await _timed_cancel(lambda: system.enqueue(agent, "o1", execution_id="e4"), hung)
+        hung.undo()
+        assert not await _free(store_backend, "e4")
+        assert await system.sweep() == 1
+        assert (await system.ref("e4").result(timeout=LIMIT)).status == "completed"
