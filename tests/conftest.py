@@ -7,18 +7,25 @@ When it is unreachable the PostgreSQL tests skip, or FAIL when ``REQUIRE_POSTGRE
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+import anyio
 import asyncpg
 import pytest
 
-from stores import PostgresStore, SQLiteStore, Store
+from stores import RUN_END, Checkpoint, PostgresStore, SQLiteStore, Store
+
+if TYPE_CHECKING:
+    from actors import ActorSystem, RunSummary
+
+T = TypeVar("T")
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -233,8 +240,6 @@ async def stop_processes(processes: list[Any]) -> None:
     test cut short still leaves no process behind)."""
     import signal
 
-    import anyio
-
     with anyio.CancelScope(shield=True):
         for process in processes:
             if process.returncode is None:
@@ -245,3 +250,60 @@ async def stop_processes(processes: list[Any]) -> None:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+# -- waiting for a run's state -------------------------------------------------------------------
+
+
+async def until_run(
+    store: Store,
+    execution_id: str,
+    read: Callable[[], Awaitable[T]],
+    check: Callable[[T], bool],
+    *,
+    timeout: float = 30,
+) -> T:
+    """Read the run's state with ``read`` until ``check`` holds of it, and return that state.
+
+    Between reads it waits on the store's watch of the run, which wakes it when any process wrote a
+    row of the run (PostgreSQL: ``NOTIFY``) or after the watch's poll interval (SQLite), rather than
+    on a wall-clock sleep: the test sees the state as soon as the store has it, without a read every
+    few milliseconds. ``TimeoutError`` after ``timeout`` seconds.
+    """
+    watch = store.watch(execution_id)
+    try:
+        with anyio.fail_after(timeout):
+            await watch.wait(0)  # the store listens from now on (PostgreSQL): no row goes unheard
+            while not check(found := await read()):
+                await watch.wait(timeout)
+            return found
+    finally:
+        watch.close()
+
+
+async def until_status(
+    system: ActorSystem, execution_id: str, status: str, *, timeout: float = 30
+) -> RunSummary:
+    """Wait (see :func:`until_run`) until ``system.status(execution_id)`` reads ``status``; that summary."""
+    assert system.store is not None, "the system was given its store"
+    return await until_run(
+        system.store,
+        execution_id,
+        lambda: system.status(execution_id),
+        lambda summary: summary.status == status,
+        timeout=timeout,
+    )
+
+
+async def until_ended(store: Store, execution_ids: list[str], *, timeout: float = 30) -> None:
+    """Wait (see :func:`until_run`) until the newest row of each run is its ``run_end``, one run
+    after the other, all within ``timeout`` seconds (a run that has ended stays ended)."""
+    with anyio.fail_after(timeout):
+        for execution_id in execution_ids:
+            await until_run(
+                store, execution_id, functools.partial(store.latest, execution_id), _ended, timeout=timeout
+            )
+
+
+def _ended(row: Checkpoint | None) -> bool:
+    return row is not None and row.step_type == RUN_END

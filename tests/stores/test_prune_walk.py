@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Backend
+from conftest import Backend, until_status
 
 from actors import ActorSystem, Agent, idempotent, tool, wait_signal
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
@@ -96,8 +96,7 @@ async def test_prune_keeps_the_cache_of_a_waiting_run(store_backend: Backend) ->
             assert await system.history("w") == before
             assert [entry.value for entry in await store.cache_entries("w")] == ["charged 1042"]
             await system.signal("w", "approved", "ann")
-            while (await system.status("w")).status != "completed":  # noqa: ASYNC110
-                await anyio.sleep(0.02)
+            await until_status(system, "w", "completed")
             done = await system.ref("w").result()
     assert done.output == "charged 1042, approved by ann"
     assert charges == ["1042"]  # the woken tool got its charge back from the cache

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Backend
+from conftest import Backend, until_status
 
 from actors import ActorSystem, Agent, Resume, interrupt, tool
 from actors._durable import _sweep
@@ -339,8 +339,7 @@ async def test_serve_rides_out_an_outage_met_in_a_take_and_takes_the_run_after(
                 ):
                     await anyio.sleep(0.02)
                 store.down = False
-                while (await system.status("q1")).status != "paused":  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+                await until_status(system, "q1", "paused", timeout=LIMIT)
                 tg.cancel_scope.cancel()
 
 
