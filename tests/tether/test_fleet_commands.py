@@ -3,20 +3,28 @@ process, a live owner refused, a frozen (SIGSTOPped) owner's lock session ended 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 from _cli_support import RUNNER, TETHER, tether, url_of, write_paused
-from conftest import Backend
+from conftest import Backend, until_status
+
+from actors import ActorSystem
 
 DURABLE = Path(__file__).resolve().parents[1] / "actors" / "durable"
 ROOT = Path(__file__).resolve().parents[2]
+
+
+async def until_completed(backend: Backend, execution_id: str, *, timeout: float) -> None:
+    """Wait until the run reads ``completed``, on the store's watch of it (see ``until_run``)."""
+    async with backend.open() as store, ActorSystem(store) as system:
+        await until_status(system, execution_id, "completed", timeout=timeout)
 
 
 def test_a_worker_finishes_an_approval_made_without_the_runner(
@@ -34,10 +42,7 @@ def test_a_worker_finishes_an_approval_made_without_the_runner(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while tether(url, "show", "wait-w", "--json").json()["summary"]["status"] != "completed":
-            assert time.monotonic() < deadline, "the worker did not finish the run"
-            time.sleep(0.05)
+        anyio.run(functools.partial(until_completed, store_backend, "wait-w", timeout=60))
     finally:
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=30)

@@ -32,7 +32,7 @@ import anyio.to_thread
 import asyncpg
 import pytest
 from _queue_child import agent, ledger
-from conftest import Backend, stop_processes
+from conftest import Backend, stop_processes, until_ended
 
 from actors import ActorSystem, Resume
 from stores import RUN_END, Store
@@ -79,7 +79,7 @@ async def start_workers(
 
 async def until(check: Callable[[], Any], timeout: float = LIMIT) -> None:
     with anyio.fail_after(timeout):
-        while not await check():  # noqa: ASYNC110 (the store and the ledger, written by other processes)
+        while not await check():  # noqa: ASYNC110 (the ledger other processes write; the rate's starts, sampled)
             await anyio.sleep(0.02)
 
 
@@ -119,7 +119,7 @@ async def test_a_limited_queue_holds_its_concurrency_and_per_key_across_workers(
                     await system.enqueue(runner, o, execution_id=o, queue="llm", key=k)
                     for o, k in key_of.items()
                 ]
-            await until(lambda: all_ended(store, ids))
+            await until_ended(store, ids, timeout=LIMIT)
         finally:
             await stop_processes(workers)
         histories = {eid: await store.history(eid) for eid in ids}
@@ -213,7 +213,7 @@ async def test_a_killed_workers_slots_are_free_at_once(store_backend: Backend, t
             victim.send_signal(signal.SIGKILL)
             killed = time.time()
             await victim.wait()
-            await until(lambda: all_ended(store, ids))
+            await until_ended(store, ids, timeout=LIMIT)
         finally:
             await stop_processes([victim, survivor])
     after = [e for e in ledger(tmp_path) if e["t"] > killed]
@@ -241,7 +241,7 @@ async def test_higher_priority_starts_first(store_backend: Backend, tmp_path: Pa
             ]
         workers = await start_workers(store_backend, tmp_path, 2, "one:concurrency=1")
         try:
-            await until(lambda: all_ended(store, ids))
+            await until_ended(store, ids, timeout=LIMIT)
         finally:
             await stop_processes(workers)
     assert [e["order"] for e in ledger(tmp_path) if e["event"] == "start"] == ["p5", "p1", "p0"]
@@ -290,7 +290,7 @@ async def test_spawn_and_a_persons_resume_are_not_throttled(store_backend: Backe
             )
             assert sorted(s["execution_id"] for s in json.loads(listed.stdout)) == sorted(waiting)
             (tmp_path / "go").touch()
-            await until(lambda: all_ended(store, [held, *waiting]))
+            await until_ended(store, [held, *waiting], timeout=LIMIT)
         finally:
             await stop_processes([worker])
     events = ledger(tmp_path)

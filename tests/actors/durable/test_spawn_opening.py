@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import until_run
 
 from actors import ActorSystem, Agent, RunExists, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
@@ -98,10 +99,13 @@ async def rows_of(store: Store, execution_id: str) -> list[str]:
 
 
 async def ended(store: Store, execution_id: str) -> list[str]:
-    """The run's rows once its ``run_end`` is written (polled; the test's bound limits the wait)."""
-    while (rows := await rows_of(store, execution_id))[-1:] != [RUN_END]:  # noqa: ASYNC110
-        await anyio.sleep(0.01)
-    return rows
+    """The run's rows once its ``run_end`` is written (waited for on the store's watch of the run)."""
+    return await until_run(
+        store,
+        execution_id,
+        functools.partial(rows_of, store, execution_id),
+        lambda rows: rows[-1:] == [RUN_END],
+    )
 
 
 async def test_the_first_row_is_appended_by_the_caller_of_spawn(sqlite_path: Path) -> None:

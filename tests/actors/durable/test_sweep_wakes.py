@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Backend
+from conftest import Backend, until_status
 
 from actors import ActorSystem, Agent, interrupt, sleep, sleep_until, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
@@ -181,9 +181,7 @@ async def test_the_timers_wake_every_run_due_in_one_look_past_one_deleted_meanwh
             result = await (await system.spawn(agent, "go", execution_id=execution_id)).result(timeout=30)
             assert result.status == "waiting" and result.wake_at == due
         store.vanish = True
-        with anyio.fail_after(30):
-            while (await system.status("b-free")).status != "completed":  # noqa: ASYNC110
-                await anyio.sleep(0.02)
+        await until_status(system, "b-free", "completed")
         late = (utcnow() - due).total_seconds()
         assert late < 0.8, late
 
@@ -298,8 +296,7 @@ async def test_serve_wakes_due_runs_in_process_once_each_within_its_concurrency(
             tg.start_soon(functools.partial(system.serve, concurrency=1, poll=0.05))
             with anyio.fail_after(30):
                 for execution_id in ids:
-                    while (await system.status(execution_id)).status != "completed":  # noqa: ASYNC110
-                        await anyio.sleep(0.02)
+                    await until_status(system, execution_id, "completed")
             tg.cancel_scope.cancel()
         assert most == 1
         assert await store.due_waits(10) == []
@@ -368,9 +365,7 @@ async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_
         other = store_backend.open()
         async with other:
             assert await other.try_lock("held")  # another process is waking it
-            with anyio.fail_after(30):
-                while (await system.status("free")).status != "completed":  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+            await until_status(system, "free", "completed")
             late = time.time() - free.wake_at.timestamp()
             # The timers look again at a due run they could not wake a second or more later: the free run
             # must not wait for that look.

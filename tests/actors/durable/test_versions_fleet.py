@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 from _versions_child import build
-from conftest import Backend
+from conftest import Backend, until_ended
 
 from actors import ActorSystem
-from stores import RUN_END, TOOL_CALL, Store
+from stores import TOOL_CALL, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -75,12 +75,7 @@ async def test_a_worker_leaves_runs_of_another_version_alone(store_backend: Back
         # A worker with "1" finishes them.
         worker = await anyio.open_process(_child(store_backend, tmp_path, "serve", "1", "60"), env=ENV)
         try:
-            with anyio.fail_after(60):
-                while True:
-                    ends = [await store.latest(eid) for eid in old]
-                    if all(row is not None and row.step_type == RUN_END for row in ends):
-                        break
-                    await anyio.sleep(0.05)
+            await until_ended(store, old, timeout=60)
         finally:
             worker.send_signal(signal.SIGKILL)
             await worker.wait()

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Backend
+from conftest import Backend, until_status
 from test_signals import sender
 
 from actors import ActorSystem, Agent, Signal, sleep, tool, wait_signal
@@ -50,12 +50,6 @@ def _waiter(log: list[Any], *, name: str = "go", timeout: float | None = None, n
     return Agent("waiter", FunctionModel(model), tools=[wait_for_go])
 
 
-async def _until(system: ActorSystem, execution_id: str, status: str, timeout: float = 30) -> None:
-    with anyio.fail_after(timeout):
-        while (await system.status(execution_id)).status != status:  # noqa: ASYNC110
-            await anyio.sleep(0.02)
-
-
 async def test_a_waiting_run_holds_no_task_and_a_signal_from_another_process_wakes_it_once(
     store_backend: Backend,
 ) -> None:
@@ -84,7 +78,7 @@ async def test_a_waiting_run_holds_no_task_and_a_signal_from_another_process_wak
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: system.serve(poll=0.1))  # a serving worker wakes it
             assert await child.send(eid, "go", {"n": 1}) == "sent"  # the sender has no runner
-            await _until(system, eid, "completed")
+            await until_status(system, eid, "completed")
             tg.cancel_scope.cancel()
         assert log == ["enter", "enter", ("after", Signal("go", {"n": 1}))]  # after the wait: once
         assert (await system.ref(eid).result()).output == 'got {"n": 1}'
@@ -112,7 +106,7 @@ async def test_the_open_system_wakes_its_waiting_run_when_another_process_signal
         await anyio.sleep(0.5)  # resting: no task of the run is left to see the signal
         sent = time.monotonic()
         assert await child.send(eid, "go", {"n": 7}) == "sent"
-        await _until(system, eid, "completed", timeout=10)
+        await until_status(system, eid, "completed", timeout=10)
         assert time.monotonic() - sent < 2.0
         await anyio.sleep(0.5)  # a second wake, were there one, would show in this time
         assert log == ["enter", "enter", ("after", Signal("go", {"n": 7}))]  # after the wait: once
@@ -144,7 +138,7 @@ async def test_the_sender_with_the_runner_wakes_the_run_and_a_second_signal_wait
         ref = await system.spawn(agent, "wait")
         assert (await ref.result()).status == "waiting"
         await system.send(ref.execution_id, Signal("go", 1))
-        await _until(system, ref.execution_id, "completed")
+        await until_status(system, ref.execution_id, "completed")
         assert log.count("enter") == 2 and log[-1] == ("after", Signal("go", 1))
         with pytest.raises(Exception, match="already completed"):
             await system.signal(ref.execution_id, "go", 2)
@@ -160,7 +154,8 @@ async def test_a_wait_with_a_timeout_returns_none_once_woken_in_process(store_ba
         assert (await ref.result()).status == "waiting"
         summary = await system.status(ref.execution_id)
         assert summary.status == "waiting" and summary.wake_at is not None
-        await _until(system, ref.execution_id, "completed", timeout=15)  # no worker: this system wakes it
+        # no worker: this system wakes it
+        await until_status(system, ref.execution_id, "completed", timeout=15)
         assert 0.9 <= time.monotonic() - started < 10
         assert log == ["enter", "enter", ("after", None)]
         rows = await system.history(ref.execution_id)
@@ -192,7 +187,7 @@ async def test_a_sleeping_run_wakes_in_process_with_no_worker(store_backend: Bac
         result = await ref.result()
         assert result.status == "waiting" and result.wake_at is not None
         assert system.runtime.lookup(ref.execution_id) is None
-        await _until(system, ref.execution_id, "completed", timeout=15)
+        await until_status(system, ref.execution_id, "completed", timeout=15)
         assert log == ["enter", "enter", "after"]
         assert [row.step_type for row in await system.history(ref.execution_id)].count(WAKE) == 1
 
@@ -232,7 +227,7 @@ async def test_a_run_killed_while_asleep_is_woken_by_a_worker_started_afterwards
         try:
             assert (await _json_line(worker)).get("ready")
             ready = time.time()
-            await _until(system, eid, "completed", timeout=60)
+            await until_status(system, eid, "completed", timeout=60)
             await anyio.sleep(1.0)  # a second wake, were there one, would show in this time
         finally:
             worker.send_signal(signal.SIGKILL)
@@ -265,7 +260,7 @@ async def test_events_of_a_wait_a_consumed_signal_and_a_wake(store_backend: Back
             leg = [event async for event in system.ref(ref.execution_id).events(since=0)]
         assert isinstance(leg[-1], Waiting) and leg[-1].name == "go"  # the iterator ends at the rest
         await system.signal(ref.execution_id, "go", [1, 2])
-        await _until(system, ref.execution_id, "completed")
+        await until_status(system, ref.execution_id, "completed")
         with anyio.fail_after(10):
             events = [event async for event in system.ref(ref.execution_id).events(since=0)]
         consumed = [e for e in events if isinstance(e, SignalConsumed)]
@@ -290,7 +285,7 @@ async def test_prune_keeps_a_waiting_run_and_unconsumed_signals(store_backend: B
         assert [r.seq for r in await system.history(ref.execution_id)] == [r.seq for r in before]
         assert [(s.name, s.payload) for s in await store.signals(ref.execution_id)] == [("other", 1)]
         await system.signal(ref.execution_id, "later", 2)
-        await _until(system, ref.execution_id, "completed")
+        await until_status(system, ref.execution_id, "completed")
         assert log[-1] == ("after", Signal("later", 2))
 
 
@@ -316,7 +311,7 @@ async def test_a_signal_row_carries_the_runs_usage_total(store_backend: Backend)
         ref = await system.spawn(agent, "wait")
         assert (await ref.result()).status == "waiting"
         await system.signal(ref.execution_id, "go", 1)
-        await _until(system, ref.execution_id, "completed")
+        await until_status(system, ref.execution_id, "completed")
         rows = await system.history(ref.execution_id)
     billed = {"input_tokens": 7, "output_tokens": 3}
     after = rows[[row.step_type for row in rows].index(SIGNAL) :]
