@@ -21,10 +21,10 @@ from typing import Any
 import anyio
 import pytest
 from _fleet_child import NAME, agent
-from conftest import Backend
+from conftest import Backend, until_ended
 
 from actors import ActorSystem
-from stores import LLM_CALL, RECOVER, RUN_END, Checkpoint, Store
+from stores import LLM_CALL, RECOVER, RUN_END, Checkpoint
 
 pytestmark = pytest.mark.anyio
 
@@ -50,15 +50,6 @@ def _charges(workdir: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def _completed(store: Store, ids: list[str]) -> set[str]:
-    done = set()
-    for eid in ids:
-        newest = await store.latest(eid)
-        if newest is not None and newest.step_type == RUN_END:
-            done.add(eid)
-    return done
-
-
 async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backend, tmp_path: Path) -> None:
     runner = agent(tmp_path)
     async with store_backend.open() as store:
@@ -79,9 +70,7 @@ async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backen
             victim.send_signal(signal.SIGKILL)
             killed = datetime.now(UTC)
             await victim.wait()
-            with anyio.fail_after(180):
-                while len(await _completed(store, ids)) < len(ids):  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+            await until_ended(store, ids, timeout=180)
             histories = {eid: await store.history(eid) for eid in ids}
         finally:
             for worker in workers:

@@ -17,11 +17,11 @@ import anyio
 import anyio.abc
 import pytest
 from _wait_child import agent
-from conftest import Backend
+from conftest import Backend, until_ended
 from test_waits import CHILD, ENV, _json_line, _ledger
 
 from actors import ActorSystem
-from stores import CONSUMES, RUN_END, SIGNAL, Store
+from stores import CONSUMES, RUN_END, SIGNAL
 
 pytestmark = pytest.mark.anyio
 
@@ -65,9 +65,7 @@ async def _storm(backend: Backend, workdir: Path, *, runs: int, kills: int, seed
                 for eid in ids:
                     tg.start_soon(send, eid, [rng.uniform(0.0, 1.5) for _ in range(3)])
                 tg.start_soon(chaos)
-            with anyio.fail_after(120):
-                while not await _all_done(store, ids):  # noqa: ASYNC110 (other processes write)
-                    await anyio.sleep(0.2)
+            await until_ended(store, ids, timeout=120)
         finally:
             while worker:
                 await kill_worker()
@@ -84,14 +82,6 @@ async def _storm(backend: Backend, workdir: Path, *, runs: int, kills: int, seed
         for eid in ids:
             after = [line[2] for line in ledger if line[0] == eid and line[1] == "after"]
             assert after and set(after) == {"1,2,3"}, (eid, after)
-
-
-async def _all_done(store: Store, ids: list[str]) -> bool:
-    for eid in ids:
-        newest = await store.latest(eid)
-        if newest is None or newest.step_type != RUN_END:
-            return False
-    return True
 
 
 async def test_a_small_storm_of_signals_and_worker_kills(store_backend: Backend, tmp_path: Path) -> None:
