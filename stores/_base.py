@@ -12,6 +12,7 @@ again, at most :data:`REPLAN_BUDGET` times. The refusals both backends raise are
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Final, Self, TypeVar
@@ -105,6 +106,8 @@ class BaseStore(BaseOwnedStore):
         self._logs = MessageLogs(max_row_bytes=max_row_bytes)
         self._state = StoreState.NEW
         self._own = Ownership(self)
+        #: The open watches of :meth:`watch`, by run: this store's own writes wake them at once.
+        self._watching: dict[str, weakref.WeakSet[RowWatch]] = {}
 
     async def setup(self) -> None:
         raise NotImplementedError
@@ -120,9 +123,19 @@ class BaseStore(BaseOwnedStore):
         await self.close()
 
     def watch(self, execution_id: str) -> RowWatch:
-        """A :class:`~stores._watch.RowWatch` on the run: its waits end when a row may have been
-        written, here by polling (a backend that hears of new rows overrides this)."""
-        return RowWatch(execution_id)
+        """A :class:`~stores._watch.RowWatch` on the run: its waits end when this store wrote a row
+        of the run, or else by polling (for the rows of other processes; a backend that hears of
+        them overrides this)."""
+        watch = RowWatch(execution_id, on_close=self._unwatch)
+        self._watching.setdefault(execution_id, weakref.WeakSet()).add(watch)
+        return watch
+
+    def _unwatch(self, watch: RowWatch) -> None:
+        watches = self._watching.get(watch.execution_id)
+        if watches is not None:
+            watches.discard(watch)
+            if not watches:
+                del self._watching[watch.execution_id]
 
     def watch_waits(self) -> RowWatch:
         """A watch on the store's resting runs: its waits end when a signal may have made one due
@@ -173,10 +186,15 @@ class BaseStore(BaseOwnedStore):
                     await self._recall(row)
                     plan = self._logs.plan(row)
                 try:
-                    return await attempt(plan)
+                    written = await attempt(plan)
                 except LogMoved:
                     self._logs.forget(eid)
                     plan = None
+                    continue
+                if self._watching:
+                    for watch in self._watching.get(eid, ()):
+                        watch.notice()
+                return written
         except BaseException:
             self._logs.forget(eid)
             raise
