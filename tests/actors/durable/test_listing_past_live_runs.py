@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
+from _nappers import napper
 from conftest import Backend
 
-from actors import ActorSystem, Agent, Queue, Recover, sleep, tool
+from actors import ActorSystem, Agent, Queue, Recover, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import WAKE, Checkpoint, Store, utcnow
 
@@ -22,21 +23,6 @@ pytestmark = pytest.mark.anyio
 
 LIMIT = 10.0
 NAP = 0.2
-
-
-def _napper(name: str) -> Agent:
-    @tool
-    async def nap() -> str:
-        """Sleep a moment."""
-        await sleep(NAP)
-        return "rested"
-
-    def model(messages: list[Message]) -> str | ModelReply:
-        if messages[-1].role == "tool":
-            return f"awake: {messages[-1].content}"
-        return ModelReply(tool_calls=[ToolCall("nap", {})])
-
-    return Agent(name, FunctionModel(model), tools=[nap])
 
 
 async def _asleep_and_due(store: Store, runs: Sequence[tuple[Agent, str]]) -> None:
@@ -64,7 +50,7 @@ async def _asleep_and_due(store: Store, runs: Sequence[tuple[Agent, str]]) -> No
 async def test_a_sweep_wakes_the_due_runs_listed_after_one_it_is_waking_already(
     store_backend: Backend,
 ) -> None:
-    agent = _napper("napper")
+    agent = napper("napper", NAP)
     async with store_backend.open() as store:
         await _asleep_and_due(store, [(agent, "w-live"), (agent, "w-next")])
         entered, go = anyio.Event(), anyio.Event()
@@ -92,7 +78,7 @@ async def test_a_sweep_wakes_the_due_runs_listed_after_one_it_is_waking_already(
 async def test_a_sweep_wakes_the_due_runs_listed_after_one_whose_runner_it_lacks(
     store_backend: Backend,
 ) -> None:
-    elsewhere, here = _napper("elsewhere"), _napper("here")
+    elsewhere, here = napper("elsewhere", NAP), napper("here", NAP)
     async with store_backend.open() as store:
         await _asleep_and_due(store, [(elsewhere, "w-other"), (here, "w-mine")])
         async with ActorSystem(store, runners=[here]) as system:
@@ -191,7 +177,7 @@ async def test_a_sweep_takes_the_runs_listed_after_one_it_tried_in_the_same_pass
 async def test_a_sweep_wakes_the_due_runs_listed_after_a_stale_wait(store_backend: Backend) -> None:
     """A run cancelled while it slept leaves its wait in the index: the sweep forgets that wait and
     wakes the run listed after it."""
-    agent = _napper("napper")
+    agent = napper("napper", NAP)
     async with store_backend.open() as store:
         await _asleep_and_due(store, [(agent, "w-cancelled"), (agent, "w-next")])
         async with ActorSystem(store, runners=[agent]) as system:

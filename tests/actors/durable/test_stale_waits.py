@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _nappers import napper
 from conftest import Backend
 
 from actors import ActorSystem, Agent, sleep, tool
@@ -26,23 +27,6 @@ pytestmark = pytest.mark.anyio
 NAP = 0.3
 #: The later wait of a run: far enough that nothing wakes it during a test.
 LATER = 60.0
-
-
-def _napper(name: str = "napper") -> Agent:
-    """An agent whose tool sleeps ``NAP`` once, then answers."""
-
-    @tool
-    async def nap() -> str:
-        """Sleep a moment."""
-        await sleep(NAP)
-        return "rested"
-
-    def model(messages: list[Message]) -> str | ModelReply:
-        if messages[-1].role == "tool":
-            return f"awake: {messages[-1].content}"
-        return ModelReply(tool_calls=[ToolCall("nap", {})])
-
-    return Agent(name, FunctionModel(model), tools=[nap])
 
 
 def _twice_resting() -> Agent:
@@ -109,7 +93,7 @@ async def _steps(system: ActorSystem, execution_id: str) -> list[tuple[str, Any]
 async def test_a_run_cancelled_asleep_is_not_woken_and_the_runs_after_it_are(store_backend: Backend) -> None:
     """The entry of a run cancelled while it slept is settled by a sweep that wakes nothing of it,
     and the due run listed after it is woken in that same sweep."""
-    agent = _napper()
+    agent = napper(seconds=NAP)
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _asleep(system, agent, "ended")
         due = await _asleep(system, agent, "due")  # later: listed after the ended run
@@ -130,7 +114,7 @@ async def test_the_timers_settle_a_cancelled_runs_entry_and_wake_the_next_on_tim
 ) -> None:
     """In the system that keeps both runs: the run cancelled while it slept is not woken, its entry
     is settled, and the run due right after it is woken at its time, not at a later look."""
-    agent = _napper()
+    agent = napper(seconds=NAP)
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _asleep(system, agent, "ended")
         due = await _asleep(system, agent, "due")
@@ -185,7 +169,7 @@ async def test_a_stale_entry_of_a_deleted_run_is_dropped_and_the_next_due_run_wo
 ) -> None:
     """A run deleted by another process between this sweep's read of the index and its wake: the
     sweep drops its entry without error and wakes the due run listed after it."""
-    agent = _napper()
+    agent = napper(seconds=NAP)
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _asleep(system, agent, "gone")
         due = await _asleep(system, agent, "kept")

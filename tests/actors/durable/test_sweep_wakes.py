@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from _nappers import napper
 from conftest import Backend, until_status
 
 from actors import ActorSystem, Agent, interrupt, sleep, sleep_until, tool
@@ -343,21 +344,7 @@ async def test_the_timers_wake_a_due_run_behind_one_another_process_holds(store_
     """Two runs of this system fall due together; another process holds the first: the second is
     still woken at its time, not at the timers' next look."""
 
-    def napper(seconds: float) -> Agent:
-        @tool
-        async def nap() -> str:
-            """Sleep a moment."""
-            await sleep(seconds)
-            return "rested"
-
-        def model(messages: list[Message]) -> str | ModelReply:
-            if messages[-1].role == "tool":
-                return f"awake: {messages[-1].content}"
-            return ModelReply(tool_calls=[ToolCall("nap", {})])
-
-        return Agent(f"napper-{seconds}", FunctionModel(model), tools=[nap])
-
-    first, second = napper(0.5), napper(0.6)
+    first, second = napper("napper-0.5", 0.5), napper("napper-0.6", 0.6)
     async with store_backend.open() as store, ActorSystem(store, runners=[first, second]) as system:
         held = await (await system.spawn(first, "go", execution_id="held")).result(timeout=30)
         free = await (await system.spawn(second, "go", execution_id="free")).result(timeout=30)
