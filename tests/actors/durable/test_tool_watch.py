@@ -16,6 +16,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent, tool
+from actors._durable import _tool_watch
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FAILED, RUN_END
 
@@ -51,10 +52,14 @@ class Gate:
         await self.open.wait()
 
 
-async def test_tool_calls_in_flight_start_no_task_of_their_own(store_backend: Backend) -> None:
+async def test_tool_calls_in_flight_start_no_task_of_their_own(
+    store_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As many tasks run while 8 runs are inside their tool calls as while they are inside their
     first model calls: watching the calls for a cancel elsewhere costs the system one task at most
-    (started by its first tool call, here a warm-up run's)."""
+    (started by its first tool call, here a warm-up run's). However slow the machine, no call here
+    runs long enough to be given a task that watches its run."""
+    monkeypatch.setattr(_tool_watch, "CANCEL_WATCH", LIMIT * 2)
     runs = 8
     in_model, in_tool = Gate(runs), Gate(runs)
 
