@@ -6,8 +6,9 @@ from actors import Agent, sleep, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 
 
-def napper(name: str = "napper", seconds: float = 0.3) -> Agent:
-    """An agent named ``name`` whose tool sleeps ``seconds``, then answers "awake: rested"."""
+def napper(name: str = "napper", seconds: float = 0.3, version: str | None = None) -> Agent:
+    """An agent named ``name`` (of ``version``) whose tool sleeps ``seconds``, then answers
+    "awake: rested"."""
 
     @tool
     async def nap() -> str:
@@ -20,4 +21,4 @@ def napper(name: str = "napper", seconds: float = 0.3) -> Agent:
             return f"awake: {messages[-1].content}"
         return ModelReply(tool_calls=[ToolCall("nap", {})])
 
-    return Agent(name, FunctionModel(model), tools=[nap])
+    return Agent(name, FunctionModel(model), tools=[nap], version=version)

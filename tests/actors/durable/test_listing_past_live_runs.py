@@ -8,6 +8,7 @@ go). A second store on the same database stands for another process.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import anyio
@@ -186,3 +187,38 @@ async def test_a_sweep_wakes_the_due_runs_listed_after_a_stale_wait(store_backen
             assert await system.sweep() == 1
             assert (await system.status("w-next")).status == "completed"
             assert await store.due_waits(10) == []
+
+
+async def test_a_sweep_wakes_a_due_run_of_a_versioned_runner_it_has(store_backend: Backend) -> None:
+    agent = napper("napper", NAP, version="1")
+    async with store_backend.open() as store:
+        await _asleep_and_due(store, [(agent, "w-v1")])
+        async with ActorSystem(store, runners=[agent]) as system:
+            with anyio.fail_after(LIMIT):
+                assert await system.sweep() == 1
+                assert (await system.ref("w-v1").result(timeout=LIMIT)).status == "completed"
+
+
+async def test_a_due_run_whose_runner_version_a_sweep_lacks_is_left_and_named_once(
+    store_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep with version 2 of the runner wakes nothing of a due run of version 1; it says so
+    once, naming the run and the version it waits for, and the run stays due for a worker of it."""
+    old, new = napper("napper", NAP, version="1"), napper("napper", NAP, version="2")
+    async with store_backend.open() as store:
+        await _asleep_and_due(store, [(old, "w-old")])
+        caplog.set_level(logging.WARNING, logger="tether")
+        async with ActorSystem(store, runners=[new]) as system:
+            with anyio.fail_after(LIMIT):
+                assert await system.sweep() == 0
+                assert await system.sweep() == 0
+        said = [
+            r.getMessage()
+            for r in caplog.records
+            if r.getMessage().startswith("event='run waits for its runner version' ")
+        ]
+        assert len(said) == 1, said
+        assert said[0].startswith(
+            "event='run waits for its runner version' execution_id='w-old' runner='napper' version='1' "
+        ), said
+        assert [eid for eid, _ in await store.due_waits(10)] == ["w-old"]
