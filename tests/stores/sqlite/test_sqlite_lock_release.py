@@ -105,3 +105,26 @@ async def test_the_release_of_a_run_with_no_rows_leaves_nothing(tmp_path: Path) 
     async with SQLiteStore(path) as other:
         assert await other.unowned(["empty"]) == set()
         assert await other.orphans() == []
+
+
+async def test_a_store_holds_its_lock_file_open_and_locked_across_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock file is opened and its byte locked once, by the first take: later takes and
+    releases neither open it again nor let the lock go, even for an instant."""
+    from stores.sqlite import _locks
+
+    opened: list[str] = []
+    real_open = _locks.os.open
+
+    def counted_open(path: str, *args: object) -> int:
+        opened.append(path)
+        return real_open(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_locks.os, "open", counted_open)
+    async with SQLiteStore(tmp_path / "tether.db") as store:
+        for execution_id in ("a", "b", "c"):
+            assert await store.try_lock(execution_id)
+            await store.unlock(execution_id)
+        lock_files = [path for path in opened if path == store.lock_path]
+    assert len(lock_files) == 1, opened
