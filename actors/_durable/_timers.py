@@ -115,6 +115,7 @@ class Timers:
     async def _look(self, store: Store) -> None:
         """Wake what is due, then set the next time from the store's index."""
         self._next = None
+        began = utcnow()
         woken = await self._wake_due(store, _BATCH)
         found = await store.next_wake()
         now = utcnow()
@@ -122,7 +123,8 @@ class Timers:
             self._retry = _RETRY if woken else min(2 * self._retry, _LONGEST_RETRY)
             self._quiet_until = anyio.current_time() + self._retry
             found = now + timedelta(seconds=self._retry)
-            later = await store.next_wake(after=now)  # a run due meanwhile is not held back
+            # A run due after this look began (it may be due by now) is not held back.
+            later = await store.next_wake(after=began)
             if later is not None and later < found:
                 found = later
         else:

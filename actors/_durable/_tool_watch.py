@@ -12,6 +12,7 @@ call, and the run stops without writing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
@@ -44,7 +45,8 @@ class _Call:
         self.row = row
         self.stopped = stopped
         self.scope = scope
-        self.since = anyio.current_time()
+        #: When it began (``anyio.current_time()``; read by the table's task only).
+        self.since = 0.0
         #: The scope of the task watching the run's rows (``None``: not watched yet).
         self.looking: anyio.CancelScope | None = None
 
@@ -52,13 +54,17 @@ class _Call:
 class ToolWatch:
     """The tool calls of one system, watched for a cancel from another process once they have run
     for :data:`CANCEL_WATCH` seconds. ``start`` runs a task in the system (``False``: it is not
-    open, and calls then run unwatched)."""
+    open, and calls then run unwatched).
+
+    On asyncio a call arms one of the loop's timers (no task); on another backend it registers in a
+    table that one task of the system looks at while calls run (it ends when none does)."""
 
     def __init__(self, start: Callable[[Callable[[], Coroutine[Any, Any, None]]], bool]) -> None:
         self._start = start
         self._calls: dict[_Call, None] = {}
         self._running = False
-        self._busy: anyio.Event | None = None  # set when the first call of an empty table comes
+        #: The asyncio loop the calls run on; ``None`` on another backend; ``False``: not known yet.
+        self._loop: asyncio.AbstractEventLoop | bool | None = False
 
     async def run(
         self, store: Store, row: Checkpoint, stopped: RunStop, invoke: Callable[[], Awaitable[T]]
@@ -68,9 +74,7 @@ class ToolWatch:
         the call raised or returned."""
         with anyio.CancelScope() as scope:
             call = _Call(store, row, stopped, scope)
-            if not self._calls:
-                self._wake()
-            self._calls[call] = None
+            timer = self._arm(call)
             try:
                 outcome = await invoke()
             except anyio.get_cancelled_exc_class():
@@ -79,30 +83,41 @@ class ToolWatch:
                 if not stopped.is_set():
                     raise
             finally:
-                del self._calls[call]
+                if timer is not None:
+                    timer.cancel()
+                else:
+                    del self._calls[call]
                 if call.looking is not None:
                     call.looking.cancel()
         if stopped.is_set():
             raise cancelled_elsewhere(row.execution_id)
         return outcome
 
-    def _wake(self) -> None:
-        """A call came to an empty table: start the task, or wake it."""
+    def _arm(self, call: _Call) -> asyncio.TimerHandle | None:
+        """Have ``call`` watched once it has run for :data:`CANCEL_WATCH` seconds: the asyncio
+        loop's timer, or (``None``) the table's task."""
+        loop = self._loop
+        if loop is False:
+            loop = self._loop = _running_asyncio_loop()
+        if isinstance(loop, asyncio.AbstractEventLoop):
+            return loop.call_later(CANCEL_WATCH, self._watched, call)
+        call.since = anyio.current_time()
+        self._calls[call] = None
         if not self._running:
             self._running = self._start(self._delay)
-        elif self._busy is not None:
-            self._busy.set()
+        return None
+
+    def _watched(self, call: _Call) -> None:
+        """``call`` has run for :data:`CANCEL_WATCH` seconds: a task watches its run's rows."""
+        call.looking = anyio.CancelScope()
+        self._start(functools.partial(self._look, call))
 
     async def _delay(self) -> None:
-        """The system's task: every call still running after :data:`CANCEL_WATCH` seconds gets a
-        task watching its run's rows. It wakes at most once per :data:`CANCEL_WATCH` seconds while
-        calls come and go, and sleeps while none runs."""
+        """The table's task (not on asyncio): every call still running after :data:`CANCEL_WATCH`
+        seconds gets a task watching its run's rows. It looks at most once per
+        :data:`CANCEL_WATCH` seconds, and ends once no call runs."""
         try:
-            while True:
-                if not self._calls:
-                    busy = self._busy = anyio.Event()
-                    await busy.wait()  # until a call comes (the task lives as long as the system)
-                    self._busy = None
+            while self._calls:
                 now = anyio.current_time()
                 soonest = now + CANCEL_WATCH
                 for call in list(self._calls):
@@ -111,9 +126,7 @@ class ToolWatch:
                     if now - call.since < CANCEL_WATCH:
                         soonest = min(soonest, call.since + CANCEL_WATCH)
                         continue
-                    call.looking = anyio.CancelScope()
-                    if not self._start(functools.partial(self._look, call)):
-                        return  # the system is closing
+                    self._watched(call)
                 await anyio.sleep(soonest - now)
         finally:
             self._running = False
@@ -134,6 +147,14 @@ class ToolWatch:
                 return
             call.stopped.set()
             call.scope.cancel()
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` under another backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def _until_cancelled(store: Store, row: Checkpoint) -> None:

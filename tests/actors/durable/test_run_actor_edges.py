@@ -16,17 +16,16 @@ Every test is time-bounded.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
+from _tool_agents import tool_agent
 from conftest import Backend
 
-from actors import Actor, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
+from actors import Actor, ActorStopped, ActorSystem, Agent, Cancel, Recover
 from actors._durable import _run_actor
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import RUN_END, Checkpoint, Store
 
 pytestmark = pytest.mark.anyio
@@ -38,33 +37,6 @@ BOUND = 2.0
 #: How long a hung store call lasts: past any bound here, yet short enough that a caller held for
 #: all of it fails the test rather than hangs it.
 HANG = 3.0
-
-
-@asynccontextmanager
-async def opened(backend: Backend) -> AsyncIterator[Store]:
-    store = backend.open()
-    await store.setup()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def tool_agent(body: Callable[[], Awaitable[str]]) -> Agent:
-    """An agent whose first turn calls the tool ``work`` (running ``body``), then answers with
-    what the tool said."""
-
-    @tool
-    async def work() -> str:
-        """Do the work."""
-        return await body()
-
-    def model(messages: list[Message]) -> str | ModelReply:
-        if messages[-1].role == "tool":
-            return f"done: {messages[-1].content}"
-        return ModelReply(tool_calls=[ToolCall("work", {})])
-
-    return Agent("worker", FunctionModel(model), tools=[work])
 
 
 def blocked_until_cancelled() -> tuple[Agent, anyio.Event]:
@@ -123,7 +95,7 @@ async def test_a_cancel_sent_while_the_run_takes_its_lock_stops_it_before_its_fi
 
     agent = tool_agent(body)
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store:
+        async with store_backend.open() as store:
             async with ActorSystem(store, runners=[agent]) as system:
                 ref = await system.spawn(agent, "go")
                 eid = ref.execution_id
@@ -160,7 +132,7 @@ async def test_a_stray_message_to_a_run_mid_run_fails_it_with_a_type_error_namin
 
     agent = tool_agent(body)
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="stray-1")
             await entered.wait()
             await system.runtime.deliver("stray-1", no_activation, "hello")
@@ -175,7 +147,7 @@ async def test_a_run_whose_actor_is_stopped_mid_step_is_free_for_another_process
 ) -> None:
     agent, entered = blocked_until_cancelled()
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="rel-1")
             await entered.wait()
             actor = system.runtime.registry.lookup("rel-1")
@@ -201,7 +173,7 @@ async def test_a_hung_release_of_a_cancelled_run_is_cut_at_its_bound(
     agent, entered = blocked_until_cancelled()
     releasing = anyio.Event()
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="rel-2")
             await entered.wait()
             hung(store, "unlock", releasing)
@@ -220,7 +192,7 @@ async def test_a_stop_after_the_run_ended_logs_no_mid_step_warning(
     agent, entered = blocked_until_cancelled()
     reading, never = anyio.Event(), anyio.Event()
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="end-1")
             await entered.wait()
             real = store.latest

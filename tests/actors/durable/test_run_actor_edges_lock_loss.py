@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -24,10 +22,10 @@ import anyio.lowlevel
 import anyio.to_thread
 import asyncpg
 import pytest
+from _tool_agents import tool_agent
 from conftest import Backend
 
-from actors import ActorSystem, Agent, idempotent, tool
-from actors.models import FunctionModel, Message, ModelReply, ToolCall
+from actors import ActorSystem, idempotent
 from stores import Checkpoint, OwnershipLost, SQLiteStore, Store
 
 pytestmark = pytest.mark.anyio
@@ -36,33 +34,6 @@ pytestmark = pytest.mark.anyio
 LIMIT = 10.0
 #: Bound on a wait that the behaviour under test makes prompt.
 BOUND = 2.0
-
-
-@asynccontextmanager
-async def opened(backend: Backend) -> AsyncIterator[Store]:
-    store = backend.open()
-    await store.setup()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-def tool_agent(body: Callable[[], Awaitable[str]]) -> Agent:
-    """An agent whose first turn calls the tool ``work`` (running ``body``), then answers with
-    what the tool said."""
-
-    @tool
-    async def work() -> str:
-        """Do the work."""
-        return await body()
-
-    def model(messages: list[Message]) -> str | ModelReply:
-        if messages[-1].role == "tool":
-            return f"done: {messages[-1].content}"
-        return ModelReply(tool_calls=[ToolCall("work", {})])
-
-    return Agent("worker", FunctionModel(model), tools=[work])
 
 
 async def lose_lock(backend: Backend, store: Store) -> None:
@@ -103,7 +74,7 @@ async def test_a_run_stopped_by_a_lock_loss_answers_with_its_own_refusal(store_b
 
     agent = tool_agent(body)
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="lost-1")
             await entered.wait()
             tried: list[str] = []
@@ -147,7 +118,7 @@ async def test_a_tool_that_catches_errors_does_not_go_on_after_its_body_at_a_loc
 
     agent = tool_agent(body)
     with anyio.fail_after(LIMIT):
-        async with opened(store_backend) as store, ActorSystem(store, runners=[agent]) as system:
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="lost-2")
             await entered.wait()
             await lose_lock(store_backend, store)

@@ -55,10 +55,10 @@ class Gate:
 async def test_tool_calls_in_flight_start_no_task_of_their_own(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As many tasks run while 8 runs are inside their tool calls as while they are inside their
-    first model calls: watching the calls for a cancel elsewhere costs the system one task at most
-    (started by its first tool call, here a warm-up run's). However slow the machine, no call here
-    runs long enough to be given a task that watches its run."""
+    """While 8 runs are inside their tool calls, at most one task more runs than while they are
+    inside their first model calls: watching the calls for a cancel elsewhere costs no task per call
+    (on asyncio a loop timer each; on trio one task of the system while calls run). However slow
+    the machine, no call here runs long enough to be given a task that watches its run."""
     monkeypatch.setattr(_tool_watch, "CANCEL_WATCH", LIMIT * 2)
     runs = 8
     in_model, in_tool = Gate(runs), Gate(runs)
@@ -66,27 +66,23 @@ async def test_tool_calls_in_flight_start_no_task_of_their_own(
     async def model(messages: list[Message]) -> str | ModelReply:
         if messages[-1].role == "tool":
             return f"done: {messages[-1].content}"
-        if messages[-1].content != "warm-up":
-            await in_model.enter()
+        await in_model.enter()
         return ModelReply(tool_calls=[ToolCall("work", {"item": str(messages[-1].content)})])
 
     @tool
     async def work(item: str) -> str:
         """Wait until every run is inside its tool call."""
-        if item != "warm-up":
-            await in_tool.enter()
+        await in_tool.enter()
         return f"worked on {item}"
 
     agent = one_tool_agent("gated", work, model)
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         with anyio.fail_after(LIMIT):
             # No result is asked with a timeout here: an ask's deadline has a task of its own.
-            warm = await system.spawn(agent, "warm-up", execution_id="warm-up")
-            assert (await warm.result()).status == "completed"
             refs = [await system.spawn(agent, str(i), execution_id=f"gated-{i}") for i in range(runs)]
             for ref in refs:
                 assert (await ref.result()).status == "completed"
-    assert in_tool.tasks == in_model.tasks, (in_model.tasks, in_tool.tasks)
+    assert in_model.tasks <= in_tool.tasks <= in_model.tasks + 1, (in_model.tasks, in_tool.tasks)
 
 
 async def test_a_long_tool_call_is_stopped_by_a_cancel_elsewhere_while_short_calls_come_and_go(
