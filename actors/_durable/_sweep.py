@@ -45,7 +45,6 @@ from stores import (
     LLM_CALL,
     RECOVER,
     RESUME,
-    RUN_END,
     WAIT,
     AlreadyResumed,
     OwnedStore,
@@ -56,6 +55,7 @@ from stores import (
     Store,
     StoreError,
     check_enqueue,
+    row_state,
 )
 
 from .._core import tether_logger
@@ -478,7 +478,7 @@ class FleetWorker:
             return False
         try:
             newest = await store.latest(execution_id)
-            if newest is None or _resting(newest.step_type, newest.status):
+            if newest is None or row_state(newest.step_type, newest.status) != "unfinished":
                 # Its owner died after its last row, or before its first: drop the stale ownership.
                 if await store.try_lock(execution_id):
                     await store.unlock(execution_id)
@@ -526,10 +526,6 @@ def _checked_queues(queues: object) -> list[Queue]:
             raise ValueError(f"queue {queue.name!r} is given twice")
         names.add(queue.name)
     return list(queues)
-
-
-def _resting(step_type: str, status: str) -> bool:
-    return step_type in (RUN_END, WAIT) or (step_type == HITL_PAUSE and status == INTERRUPTED)
 
 
 async def _recoveries(store: Store, execution_id: str) -> int:

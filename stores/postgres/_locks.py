@@ -26,7 +26,7 @@ import anyio
 import asyncpg
 
 from .._errors import owner_lock_held
-from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, WAIT
+from .._heads import STATE_CONDITIONS
 from .._owners import Ownership
 from ._connection import advisory_key
 from ._sql import HELD_KEYS
@@ -47,8 +47,7 @@ RETURNING true""",
     # Release: the row goes when the run rests (its newest row a run_end, a pause or a wait) or has no rows;
     # a run left mid-step is handed to the fleet instead (no owner), and the workers are told.
     "release": f"""
-WITH n AS (SELECT c.step_type IN ('{RUN_END}', '{WAIT}') OR (c.step_type = '{HITL_PAUSE}' AND c.status = '{INTERRUPTED}')
-                  AS resting
+WITH n AS (SELECT NOT {STATE_CONDITIONS["unfinished"]} AS resting
            FROM {{s}}.checkpoints c WHERE c.execution_id = $1 ORDER BY c.seq DESC LIMIT 1),
 d AS (DELETE FROM {{s}}.run_owners WHERE execution_id = $1 AND owner = $2
       AND coalesce((SELECT resting FROM n), true) RETURNING 1),

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._errors import StoreUnavailable, owned_elsewhere
+from .._heads import row_state
 from .._loop import Loop, running_loop
-from .._model import HITL_PAUSE, INTERRUPTED, RUN_END, WAIT, new_id
+from .._model import new_id
 from .._owners import Op, Ownership
 
 __all__ = [
@@ -206,11 +207,7 @@ def release_row(conn: sqlite3.Connection, execution_id: str, owner: str) -> None
         "SELECT step_type, status FROM checkpoints WHERE execution_id = ? ORDER BY seq DESC LIMIT 1",
         (execution_id,),
     ).fetchone()
-    if (
-        newest is None
-        or newest[0] in (RUN_END, WAIT)
-        or (newest[0] == HITL_PAUSE and newest[1] == INTERRUPTED)
-    ):
+    if newest is None or row_state(newest[0], newest[1]) != "unfinished":
         rest_row(conn, execution_id, owner)
     else:
         conn.execute(
