@@ -46,6 +46,10 @@ class NodeId(NamedTuple):
 
 
 def _segment(kind: str, name: str) -> str:
+    """``<kind>:<name>``. Only ``/`` is refused here: a reader splits a segment at its first ``:``,
+    so a name the model made up (``functions:lookup``) is still carried and read back, and its
+    tool call is answered as an unknown tool rather than failing the run. Names a program
+    declares are held to :func:`is_segment_name`."""
     if kind not in PATH_KINDS:
         raise InvalidPath(f"unknown path segment kind {kind!r}: use one of {sorted(PATH_KINDS)}")
     if not isinstance(name, str) or not name or "/" in name:

@@ -6,7 +6,6 @@ finds the tool it paused in as long as an agent of the same name has a tool of t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,9 +18,7 @@ from ._sources import ToolSource
 from ._tools import Tool
 from ._versions import cached_fingerprint, check_version
 
-__all__ = ["Agent"]
-
-_NAME = re.compile(r"^[^/:\s][^/:]*$")
+__all__ = ["Agent", "check_runner_name"]
 
 
 class Agent:
@@ -59,8 +56,7 @@ class Agent:
         version: str | None = None,
         output_type: type | None = None,
     ) -> None:
-        if not isinstance(name, str) or not _NAME.match(name) or name != name.strip():
-            raise ValueError(f"agent name {name!r} must be a non-empty str without '/', ':' or edge spaces")
+        check_runner_name("agent", name)
         if not callable(getattr(model, "complete", None)):
             raise TypeError(f"agent {name!r}: model must have an async complete(messages, tools) method")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -145,3 +141,10 @@ class Agent:
     def __repr__(self) -> str:
         version = f", version={self.version!r}" if self.version is not None else ""
         return f"Agent({self.name!r}, tools={list(self._tools)!r}, max_turns={self.max_turns}{version})"
+
+
+def check_runner_name(what: str, name: object) -> None:
+    """Refuse (``ValueError``) a name of an agent, a swarm, a supervisor or a worker role that a
+    path segment cannot carry as written (``stores.is_segment_name``) or that has edge spaces."""
+    if not is_segment_name(name) or name != str(name).strip():
+        raise ValueError(f"{what} name {name!r} must be a non-empty str without '/', ':' or edge spaces")

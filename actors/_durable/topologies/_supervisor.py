@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from stores import Checkpoint, child_path
 
 from ...models import Message, ToolCall
-from .._agent import Agent
+from .._agent import Agent, check_runner_name
 from .._engine import AgentLevel, level_of
 from .._level import Delegation, Level, Next, ReentryRoute
 from .._runlog import RunLog
@@ -49,7 +49,7 @@ class Supervisor:
     def __init__(
         self, name: str, manager: Agent, workers: Mapping[str, Runner], *, version: str | None = None
     ) -> None:
-        _check_name("supervisor", name)
+        check_runner_name("supervisor", name)
         if not isinstance(manager, Agent):
             raise TypeError(
                 f"supervisor {name!r}: the manager must be an Agent, not {type(manager).__name__}"
@@ -57,7 +57,7 @@ class Supervisor:
         if not workers:
             raise ValueError(f"supervisor {name!r} needs at least one worker")
         for role, worker in workers.items():
-            _check_name(f"supervisor {name!r}: worker role", role)
+            check_runner_name(f"supervisor {name!r}: worker role", role)
             if not hasattr(worker, "kind"):
                 raise TypeError(f"supervisor {name!r}: worker {role!r} is not an Agent, Swarm or Supervisor")
             if manager.has_tool(_DELEGATE + role):
@@ -143,8 +143,3 @@ class _Delegate:
             return Delegation(level, lambda: level.reenter(below))
         messages = self.worker.first_messages(task)
         return Delegation(level, lambda: level.begin(messages))
-
-
-def _check_name(what: str, name: object) -> None:
-    if not isinstance(name, str) or not name or name != name.strip() or "/" in name or ":" in name:
-        raise ValueError(f"{what} name {name!r} must be a non-empty str without '/', ':' or edge spaces")

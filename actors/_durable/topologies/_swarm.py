@@ -18,7 +18,7 @@ from stores import HANDOFF, Checkpoint, child_path, conversation_of, handoff_nod
 
 from ...models import Message, ToolCall
 from ...models._types import Transcript
-from .._agent import Agent
+from .._agent import Agent, check_runner_name
 from .._engine import SIBLING_NOTE, AgentLevel, level_of
 from .._errors import HandoffLimitExceeded
 from .._level import Delegation, Level, Next, ReentryRoute
@@ -63,8 +63,7 @@ class Swarm:
         max_handoffs: int = 10,
         version: str | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or name != name.strip() or "/" in name or ":" in name:
-            raise ValueError(f"swarm name {name!r} must be a non-empty str without '/', ':' or edge spaces")
+        check_runner_name("swarm", name)
         members: dict[str, Runner] = {}
         for agent in agents:
             if not hasattr(agent, "kind"):

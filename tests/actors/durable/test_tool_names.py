@@ -135,3 +135,21 @@ async def test_a_model_call_of_a_name_no_row_can_carry_fails_the_run_before_its_
     assert result.status == "failed"
     assert result.error == f"InvalidPath: a tool name must be a non-empty string without '/', not {name!r}"
     assert [row.node_id for row in history] == ["turn:0", "run_end"]  # no row at turn:0/tool:<name>
+
+
+async def test_a_model_call_of_a_made_up_name_with_a_colon_is_answered_as_an_unknown_tool(
+    tmp_path: Path,
+) -> None:
+    @tool
+    def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    agent = Agent("bot", _calls("functions:lookup"), tools=[lookup])
+    async with ActorSystem(SQLiteStore(tmp_path / "t.db")) as system:
+        run = await system.spawn(agent, "go")
+        result = await run.result(timeout=30)
+        history = await system.history(run.execution_id)
+    assert result.status == "completed", result.error
+    assert "functions:lookup" in str(result.output)
+    assert [row.node_id for row in history] == ["turn:0", "turn:0/tool:functions:lookup", "turn:1", "run_end"]

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from conftest import Backend
 
-from actors import ActorSystem, Agent, Resume, Swarm, ToolNotFound, interrupt, tool
+from actors import ActorSystem, Agent, Resume, Supervisor, Swarm, ToolNotFound, interrupt, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import HANDOFF, LLM_CALL, Checkpoint, InvalidPath, SQLiteStore, Store, new_id
 
@@ -256,3 +256,16 @@ async def test_a_row_the_swarm_never_writes_is_refused_naming_it(store_backend: 
             await crashed_at(store, [msgspec.structs.replace(first, seq=1, agent_path=None)], "pathless")
             with pytest.raises(InvalidPath, match=r"^an agent_path must be a non-empty string, not ''$"):
                 await system.resume("pathless", timeout=20)
+
+
+def test_agents_swarms_supervisors_and_roles_share_one_name_rule() -> None:
+    model = FunctionModel(lambda m: "x")
+    for bad in ("", " s", "s ", "a:b", "a/b", 5, None):
+        for build in (
+            lambda bad=bad: Agent(bad, model),
+            lambda bad=bad: Swarm(bad, [Agent("a", model)]),
+            lambda bad=bad: Supervisor(bad, Agent("m", model), {"w": Agent("a", model)}),
+            lambda bad=bad: Supervisor("s", Agent("m", model), {bad: Agent("a", model)}),
+        ):
+            with pytest.raises(ValueError, match="must be a non-empty str without '/', ':' or edge spaces"):
+                build()
