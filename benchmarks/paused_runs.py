@@ -69,7 +69,7 @@ class Sample(NamedTuple):
     rss: int  #: bytes resident
     actors: int  #: live actor tasks
     registry: int  #: registry entries
-    listed: int  #: runs listed live by the system's durable half (its map of run actors)
+    listed: int  #: runs the system's durable half reports driving (read from the registry)
     tasks: int  #: asyncio tasks
 
 
@@ -86,7 +86,7 @@ def sample(paused: int, system: ActorSystem | None) -> Sample:
     traced = tracemalloc.get_traced_memory()[0]
     actors = system.runtime.live_actors if system is not None else 0
     registry = len(system.runtime.registry) if system is not None else 0
-    listed = len(system._runs._live) if system is not None else 0
+    listed = len(system._runs.driving()) if system is not None else 0
     return Sample(paused, traced, _rss(), actors, registry, listed, len(asyncio.all_tasks()))
 
 

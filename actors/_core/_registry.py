@@ -54,6 +54,16 @@ class Registry:
             return None
         return entry.cell.ref
 
+    def live(self, key: Hashable) -> Actor | None:
+        """The actor started for ``key`` whose task has not exited (accepting, or passivating or
+        stopping), if any; ``None`` while ``key`` is only reserved. Never activates."""
+        entry = self._entries.get(key)
+        return entry.cell.actor if entry is not None and entry.cell is not None else None
+
+    def live_keyed(self) -> list[tuple[Hashable, Actor]]:
+        """Each key with the actor :meth:`live` gives for it (a snapshot)."""
+        return [(key, entry.cell.actor) for key, entry in self._entries.items() if entry.cell is not None]
+
     async def get_or_activate(
         self,
         key: Hashable,

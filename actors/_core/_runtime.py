@@ -202,6 +202,14 @@ class ActorRuntime:
         """The live, accepting actor for ``key``, if any (never activates)."""
         return self.registry.lookup(key)
 
+    def live(self, key: Hashable) -> Actor | None:
+        """The actor for ``key`` whose task has not exited yet, if any (see :meth:`Registry.live`)."""
+        return self.registry.live(key)
+
+    def live_keyed(self) -> list[tuple[Hashable, Actor]]:
+        """Each key with its live actor (see :meth:`Registry.live_keyed`)."""
+        return self.registry.live_keyed()
+
     def passivate(self, key: Hashable) -> bool:
         """Retire the actor for ``key`` as soon as its mailbox is empty."""
         return self.registry.passivate(key)

@@ -103,7 +103,6 @@ class RunActor(Actor):
         store: Store,
         runner: Runner,
         execution_id: str,
-        live: dict[str, RunActor],
         hub: EventHub | None = None,
         opening: Opening | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
@@ -116,7 +115,6 @@ class RunActor(Actor):
         self.store = store
         self._grace = grace
         self._let_go = let_go if let_go is not None else set()
-        self._live = live
         self.runner = runner
         self.execution_id = execution_id
         self._log = StepLog(hub=hub, execution_id=execution_id, runner=runner.name)
@@ -129,9 +127,6 @@ class RunActor(Actor):
         # From the take of the ownership lock to its release (the release included, so a run handed
         # to the fleet is never read as held by this process once it is no longer busy).
         self._active = False
-
-    async def on_start(self, ctx: ActorContext) -> None:
-        self._live[self.execution_id] = self
 
     async def open(self, launch: Callable[[], object]) -> None:
         """The part of a spawn its caller runs (see :class:`Opening`): take the run, write its first
@@ -189,14 +184,12 @@ class RunActor(Actor):
         """Whether a start, resume or recovery of the run is in flight in this actor."""
         return self._active
 
-    def cancel_current(self, reason: str) -> bool:
-        """Cancel the step in flight, if any; the run then writes its failed marker. Returns whether
-        a step was in flight."""
+    def cancel_current(self, reason: str) -> None:
+        """Cancel the step in flight, if any; the run then writes its failed marker."""
         if self._scope is None:
-            return False
+            return
         self._cancel_reason = reason
         self._scope.cancel()
-        return True
 
     def abandon(self) -> None:
         """This process lost the run with its liveness lock: stop the activation and write nothing
@@ -243,18 +236,13 @@ class RunActor(Actor):
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         if not isinstance(message, Request):
             raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
-        # Listed as live from its start and while it handles requests; unlisted after each one (no
-        # on_stop hook: an actor without one stops with no shielded clean-up step).
-        eid = self.execution_id
-        self._live[eid] = self
-        try:
-            await self._answer(ctx, message)
-            # Requests taken from the mailbox between two steps and left for after this one, in order.
-            while self._deferred:
-                await self._answer(ctx, self._deferred.popleft())
-        finally:
-            if self._live.get(eid) is self:
-                del self._live[eid]
+        # The runtime's registry is this process's one record of the run's actor (``Runs`` asks it);
+        # ``busy`` says whether it is driving. No on_stop hook: an actor without one stops with no
+        # shielded clean-up step.
+        await self._answer(ctx, message)
+        # Requests taken from the mailbox between two steps and left for after this one, in order.
+        while self._deferred:
+            await self._answer(ctx, self._deferred.popleft())
         ctx.passivate()
 
     async def _answer(self, ctx: ActorContext, request: Request) -> None:

@@ -145,7 +145,6 @@ class Runs:
     ) -> None:
         self._runtime = runtime
         self._store = store
-        self._live: dict[str, RunActor] = {}
         self._hub = EventHub()
         # Given in ``runners`` (they win a resume), and the newest spawned, by name and version.
         self._given: dict[tuple[str, str | None], Runner] = {
@@ -231,8 +230,20 @@ class Runs:
 
     def is_live(self, execution_id: str) -> bool:
         """Whether an activation of the run is in flight in this process."""
-        live = self._live.get(execution_id)
-        return live is not None and live.busy
+        actor = self._actor_of(execution_id)
+        return actor is not None and actor.busy
+
+    def driving(self) -> list[RunActor]:
+        """The run actors of this process whose activation is in flight (a snapshot)."""
+        found = self._runtime.live_keyed()
+        return [actor for _, actor in found if isinstance(actor, RunActor) and actor.busy]
+
+    def _actor_of(self, execution_id: str) -> RunActor | None:
+        """The run's actor in this process, from the runtime's registry (the one record of live
+        runs): from its launch until its task exits, passivating included; ``None`` while a spawn
+        only holds the id (its caller writes the first row) or when no actor is live."""
+        actor = self._runtime.live(execution_id)
+        return actor if isinstance(actor, RunActor) else None
 
     async def give_up(self, runner: Runner, execution_id: str, error: str) -> RunRef:
         """End a run that was recovered too often: a failed marker with ``error`` (the sweep's)."""
@@ -289,8 +300,8 @@ class Runs:
         newest = await store.latest(execution_id)
         if newest is None:
             raise not_in_store(execution_id)
-        live = self._live.get(execution_id)
-        if isinstance(run_message, Cancel) and live is None:
+        live = self._actor_of(execution_id)
+        if isinstance(run_message, Cancel):
             runner = self._runner_or_stand_in(newest)  # a cancel needs no runner
         else:
             runner = self._runner(newest.runner, execution_id, version_of(newest))
@@ -447,15 +458,15 @@ class Runs:
     async def report_stop(self, bound: float) -> None:
         """Before a stop: a WARNING per run live here inside a sync tool (which the stop cannot
         interrupt), naming how long the stop waits for it and how to resume it."""
-        busy = [(eid, actor.runner) for eid, actor in self._live.items() if actor.busy]
+        busy = self.driving()
         if busy:
-            await report_stop(self._live[busy[0][0]].store, busy, bound)
+            await report_stop(busy[0].store, [(actor.execution_id, actor.runner) for actor in busy], bound)
 
     async def release(self, execution_ids: Iterable[str], *, grace: float) -> None:
         """Hand these runs (those live here) to the fleet: each stops before its next step, and one
         still mid-step after ``grace`` seconds stops there; nothing is written for them. Waits (polling
         every 10 ms) at most ``grace`` plus the bound of their clean-up."""
-        actors = [actor for eid in execution_ids if (actor := self._live.get(eid)) is not None]
+        actors = [actor for eid in execution_ids if (actor := self._actor_of(eid)) is not None]
         for actor in actors:
             actor.release()
         with anyio.move_on_after(grace):
@@ -470,7 +481,7 @@ class Runs:
     def _abandon(self, execution_ids: list[str]) -> None:
         """The store lost its liveness lock: stop every run of these that is live here, writing nothing."""
         for execution_id in execution_ids:
-            live = self._live.get(execution_id)
+            live = self._actor_of(execution_id)
             if live is not None:
                 live.abandon()
 
@@ -491,7 +502,6 @@ class Runs:
             store=store,
             runner=runner,
             execution_id=execution_id,
-            live=self._live,
             hub=self._hub,
             opening=opening,
             grace=self.outage_grace,
