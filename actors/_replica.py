@@ -251,6 +251,9 @@ class KickingOwnedStore(KickingStore):
     async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
         return await self._owner.unowned(execution_ids)
 
+    async def ownership(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        return await self._owner.ownership(execution_ids)
+
     def check_owner(self, execution_id: str) -> None:
         self._owner.check_owner(execution_id)
 

@@ -232,6 +232,10 @@ class BaseOwnedStore:
         """Which of these runs have a ``run_owners`` row that names no owner (handed to the fleet)."""
         raise NotImplementedError
 
+    async def _ownership_rows(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """``_owned_rows`` and ``_unowned_rows`` of these runs in one read of ``run_owners``."""
+        raise NotImplementedError
+
     def _probe(self) -> None:
         """A cheap synchronous look at the liveness lock (SQLite: is the lock file still ours)."""
 
@@ -444,6 +448,14 @@ class BaseOwnedStore:
         if not execution_ids:
             return set()
         return await self._unowned_rows(list(execution_ids))
+
+    async def ownership(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """Which of these runs a live owner holds (:meth:`owned`) and which were handed to the
+        fleet and not yet taken (:meth:`unowned`), read at one instant: a run taken, or handed to
+        the fleet, meanwhile is in one of the two, never in neither (as two reads could have it)."""
+        if not execution_ids:
+            return set(), set()
+        return await self._ownership_rows(list(execution_ids))
 
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""

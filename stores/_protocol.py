@@ -324,6 +324,9 @@ class OwnedStore(Store, Protocol):
     async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs were handed to the fleet and not yet taken (a plain read)."""
 
+    async def ownership(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """:meth:`~Store.owned` and :meth:`unowned` of these runs, read at one instant (one read)."""
+
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store lost the run (or has not recorded its take); no I/O."""
 

@@ -6,7 +6,9 @@ DBOS's commands module serves both its CLI and its admin server). A summary join
 (:meth:`stores.Store.owned`, read without taking a lock): owned by a live process it is
 ``running``; handed to the fleet at its first row and not yet taken (``enqueue``) it is ``queued``;
 its newest row a claimed pause (a ``resume`` row) that nobody drives yet, ``approved``; else
-``orphaned`` (it crashed or it was stopped mid-step).
+``orphaned`` (it crashed or it was stopped mid-step). The owners and the queue are read in one read
+(:meth:`stores.OwnedStore.ownership`), after the rows; a run read as ``orphaned`` has its newest
+row read again, so one that moved on between the reads is never reported ``orphaned``.
 Nothing here writes or locks.
 
 No ``from __future__ import annotations`` here: ``actors`` reports :class:`RunSummary` as
@@ -35,6 +37,8 @@ RunStatusName = Literal[
 #: Every status a run can have (not a row's: ``stores.STATUSES``).
 RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatusName)
 
+#: How many times a run read as ``orphaned`` has its newest row read again when it moved (``_summaries``).
+_RECHECKS: Final = 3
 #: How many heads one page of a filtered listing reads (running, orphaned, approved and queued are
 #: told apart after the read, so a filter on them may need several pages).
 _PAGE: Final = 200
@@ -125,22 +129,26 @@ def _wake_at(head: RunHead) -> datetime | None:
     return datetime.fromisoformat(found) if isinstance(found, str) else None
 
 
-async def _unowned(store: Store, heads: list[RunHead]) -> set[str]:
-    """Of the unfinished runs still at their first row, those handed to the fleet and not yet taken
-    (enqueued). Read before the live owners: a run taken between the two reads is then read as
-    owned, never as neither. A store without a fleet's ownership record has no queue."""
-    found = owned(store)
-    first = [h.execution_id for h in heads if h.state == "unfinished" and h.seq == 0]
-    if not first or found is None:
-        return set()
-    return await found.unowned(first)
-
-
-async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
+async def _ownership(store: Store, heads: list[RunHead]) -> tuple[set[str], set[str]]:
+    """Of the unfinished runs, those a live owner holds, and of those still at their first row,
+    those handed to the fleet and not yet taken (enqueued). Where the store records ownership the
+    two are read at one instant (:meth:`stores.OwnedStore.ownership`): a run taken or handed to the
+    fleet between two reads would be read as neither. A store without a fleet's ownership record
+    has no queue."""
     unfinished = [h.execution_id for h in heads if h.state == "unfinished"]
-    unowned = await _unowned(store, heads)
-    live = await store.owned(unfinished) if unfinished else set()
-    queued = unowned - live
+    if not unfinished:
+        return set(), set()
+    found = owned(store)
+    if found is None:
+        return await store.owned(unfinished), set()
+    live, unowned = await found.ownership(unfinished)
+    first = {h.execution_id for h in heads if h.state == "unfinished" and h.seq == 0}
+    return live, (unowned & first) - live
+
+
+async def _summarised(store: Store, heads: list[RunHead]) -> list[RunSummary]:
+    """The summaries of these heads, with their owners, pending rows and queues read after them."""
+    live, queued = await _ownership(store, heads)
     ownership = owned(store)
     queues: dict[str, tuple[str, str | None]] = (
         await ownership.queues_of([h.execution_id for h in heads]) if ownership is not None and heads else {}
@@ -153,6 +161,35 @@ async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
             pending = found[0] if found else None
         eid = head.execution_id
         out.append(summarise(head, eid in live, pending, queued=eid in queued, queue=queues.get(eid)))
+    return out
+
+
+async def _summaries(store: Store, heads: list[RunHead]) -> list[RunSummary]:
+    """The summaries of these heads, each run read as ``orphaned`` confirmed first.
+
+    The heads are read before the owners, so a run that moved on between the two reads (taken and
+    driven by a sweep; rested, which deletes its ownership row in its resting row's transaction)
+    would pair an old row with an owner that is gone. Such a run's newest row is read again: the
+    same row means the run stood so when its owner was read; a newer one is summarised again, at
+    most :data:`_RECHECKS` times (a run writes rows only while it is owned, or a cancel's resting
+    row, so it is read as running or resting by then)."""
+    heads = list(heads)
+    out = await _summarised(store, heads)
+    confirmed: set[int] = set()
+    for _ in range(_RECHECKS):
+        moved: dict[int, RunHead] = {}
+        for i, summary in enumerate(out):
+            if summary.status != "orphaned" or i in confirmed:
+                continue
+            fresh = await store.heads(execution_id=summary.execution_id, limit=1)
+            if fresh and fresh[0].seq != heads[i].seq:
+                moved[i] = heads[i] = fresh[0]
+            else:
+                confirmed.add(i)
+        if not moved:
+            break
+        for i, summary in zip(moved, await _summarised(store, list(moved.values())), strict=True):
+            out[i] = summary
     return out
 
 

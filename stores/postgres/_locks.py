@@ -37,6 +37,10 @@ __all__ = ["OWNER_SQL", "LivenessLock", "owner_key"]
 OWNER_SQL: Final[dict[str, str]] = {
     # Runs handed to the fleet and not yet taken (a row naming no owner).
     "unowned": "SELECT execution_id FROM {s}.run_owners WHERE owner IS NULL AND execution_id = ANY($1::text[])",
+    # Each run's owners row, read once: handed to the fleet (no owner), held by a live owner.
+    "ownership": f"""
+SELECT execution_id, owner IS NULL, coalesce(owner_key IN ({HELD_KEYS}), false) FROM {{s}}.run_owners
+WHERE execution_id = ANY($1::text[])""",
     # Take the run unless a live owner other than us is recorded ($2/$3: our owner id and key).
     "take": f"""
 INSERT INTO {{s}}.run_owners AS o (execution_id, owner, owner_key, since) VALUES ($1, $2, $3, now())

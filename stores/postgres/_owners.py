@@ -186,6 +186,12 @@ class LockOwners(StoreHalf):
         with self._lost():
             return {r[0] for r in await pool.fetch(self._owner_sql["unowned"], list(execution_ids))}
 
+    async def _ownership_rows(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        pool = await self._ready()
+        with self._lost():
+            found = await pool.fetch(self._owner_sql["ownership"], list(execution_ids))
+        return {r[0] for r in found if r[2]}, {r[0] for r in found if r[1]}
+
     async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
         """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
         own); returns the coroutine function that stops listening."""

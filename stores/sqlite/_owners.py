@@ -88,6 +88,13 @@ class FileOwners:
     async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         return await self._read(lambda c: unowned_rows(c, execution_ids))
 
+    async def _ownership_rows(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        await self._hold()
+        lock = self._liveness
+        return await self._read(
+            lambda c: (owned_rows(c, execution_ids, lock), unowned_rows(c, execution_ids))
+        )
+
     def _probe(self) -> None:
         self._liveness.probe()
 

@@ -70,14 +70,17 @@ async def test_the_sweep_finds_every_dead_owners_runs_before_the_queue(store_bac
         assert await store.orphans(limit=1) in (["dead-a"], ["dead-b"])  # recovery first
         assert await store.owned(["dead-a", "dead-b", "queued"]) == set()  # dead owners own nothing
         assert await store.unowned(["queued", "dead-a", "dead-b"]) == {"queued"}
+        assert await store.ownership(["queued", "dead-a", "dead-b"]) == (set(), {"queued"})
         assert await store.try_lock("dead-b")  # a sweep takes a dead owner's run
         assert await store.owned(["dead-a", "dead-b"]) == {"dead-b"}
+        assert await store.ownership(["queued", "dead-a", "dead-b"]) == ({"dead-b"}, {"queued"})
+        assert await store.ownership([]) == (set(), set())
         assert await store.orphans() == ["dead-a", "queued"]
     finally:
         await store.close()
 
 
-async def test_owned_and_unowned_read_past_500_ids(store_backend: Backend) -> None:
+async def test_owned_unowned_and_ownership_read_past_500_ids(store_backend: Backend) -> None:
     ids = [f"run-{i:04d}" for i in range(1002)]
     held = [ids[0], ids[500], ids[1000]]  # the first of a chunk, or of no chunk if they were 501
     queued = [ids[499], ids[501], ids[1001]]
@@ -93,6 +96,7 @@ async def test_owned_and_unowned_read_past_500_ids(store_backend: Backend) -> No
             for order in (ids, ids[::-1]):
                 assert await store.owned(order) == set(held)
                 assert await store.unowned(order) == set(queued)
+                assert await store.ownership(order) == (set(held), set(queued))  # one read of both
     finally:
         await store.close()
 
@@ -108,6 +112,7 @@ async def test_a_first_row_records_the_take_and_a_pause_rests_the_run(store_back
             assert await store.try_lock_with_first_row("r")
             await store.append(first_row("r"))
             assert await other.owned(["r"]) == {"r"} and await other.unowned(["r"]) == set()
+            assert await other.ownership(["r"]) == ({"r"}, set())
             assert not await other.try_lock("r")
             assert await other.try_lock_with_first_row("r")  # the take is checked in the row's write
             with pytest.raises(RunExists) as caught:
@@ -142,6 +147,7 @@ async def test_a_first_row_records_the_take_and_a_pause_rests_the_run(store_back
             await store.append(step)
             await store.unlock("s")  # an interrupted tool step does not rest: the fleet takes it
             assert await other.unowned(["s"]) == {"s"} and await other.orphans() == ["s"]
+            assert await other.ownership(["s"]) == (set(), {"s"})
     finally:
         await other.close()
         await store.close()
