@@ -211,3 +211,24 @@ async def test_a_first_message_is_handled_even_when_a_stop_comes_before_its_task
             await ref.stop()  # requested before the actor's task took its first turn
             assert seen == ["first"]
             assert "k" not in registry
+
+
+@pytest.mark.anyio
+async def test_live_gives_a_keys_actor_from_its_launch_until_its_task_exits() -> None:
+    """``live`` is what a keyed actor's user asks for its actor: none while the key is only
+    reserved, the actor from its launch (before its task ran) until its task exits."""
+    seen: list[object] = []
+    actor = Recorder(seen)
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            runtime = system.runtime
+            assert runtime.live("k") is None and runtime.live_keyed() == []
+            assert runtime.registry.reserve("k")
+            assert runtime.live("k") is None and runtime.live_keyed() == []
+            runtime.registry.activate_reserved("k", lambda: actor, "first")
+            assert runtime.live("k") is actor and runtime.live_keyed() == [("k", actor)]
+            ref = runtime.lookup("k")
+            assert ref is not None
+            await ref.stop()
+            assert seen == ["first"]
+            assert runtime.live("k") is None and runtime.live_keyed() == []
