@@ -5,14 +5,17 @@ Usage: ``python _fleet_child.py MODE BACKEND TARGET SCHEMA WORKDIR [ARG]``.
 The runner ``fleet-refund`` makes one sync tool call, ``refund``, then answers. The tool writes
 ``WORKDIR/entered-<pid>``, waits (at most 60 s) until ``WORKDIR/go`` exists when ``WORKDIR/hold``
 exists, then charges through a sync ``@idempotent`` function that appends ``<order> <its
-idempotency_key()> <pid>`` to ``WORKDIR/charges``.
+idempotency_key()> <pid>`` to ``WORKDIR/charges``. A runner made with ``free_calls`` holds every
+call of its process after the first ``free_calls``: the call writes ``WORKDIR/held-<pid>-<order>``
+and waits there, charging nothing, until the process is killed (at most 60 s).
 
 Modes: ``own ID`` spawns run ID and prints ``{"lock_pid": ...}`` (the PostgreSQL backend pid of its
 lock connection, or null), then the outcome of the run; ``recover ID`` resumes run ID (retrying
 while a live owner holds it) and prints the outcome; ``hold N PREFIX`` spawns runs PREFIX-0..N-1,
 prints ``{"holding": N}`` once every one is inside its tool, and waits; ``sweep`` waits for
-``WORKDIR/start``, sweeps once and prints how many it took; ``worker SECONDS`` serves (concurrency
-8, polling every 50 ms) with a tool that sleeps SECONDS before charging.
+``WORKDIR/start``, sweeps once and prints how many it took; ``worker SECONDS [FREE]`` serves
+(concurrency 8, polling every 50 ms) with a tool that sleeps SECONDS before charging, and holds every
+call after the first FREE, if given.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +38,11 @@ from stores import AlreadyResumed, PostgresStore, SQLiteStore, Store
 NAME = "fleet-refund"
 
 
-def agent(workdir: Path, pause: float = 0.0) -> Agent:
-    """One ``refund`` tool call, then an answer quoting it."""
+def agent(workdir: Path, pause: float = 0.0, free_calls: int | None = None) -> Agent:
+    """One ``refund`` tool call, then an answer quoting it; with ``free_calls``, the calls after the
+    first ``free_calls`` are held (so a test can kill the process while it owns a run mid-tool)."""
+    entered = 0
+    counting = threading.Lock()  # sync tools run in worker threads
 
     @idempotent
     def charge(order: str) -> str:
@@ -45,13 +52,19 @@ def agent(workdir: Path, pause: float = 0.0) -> Agent:
 
     @tool
     def refund(order: str) -> str:
-        """Refund an order (waits for WORKDIR/go while WORKDIR/hold exists)."""
+        """Refund an order (waits for WORKDIR/go while WORKDIR/hold exists; a held call, until killed)."""
         (workdir / f"entered-{os.getpid()}").touch()
         (workdir / f"entered-{os.getpid()}-{order}").touch()
+        nonlocal entered
+        with counting:
+            entered += 1
+            held = free_calls is not None and entered > free_calls
+        if held:
+            (workdir / f"held-{os.getpid()}-{order}").touch()
         deadline = time.monotonic() + 60
-        while (workdir / "hold").exists() and not (workdir / "go").exists():
+        while held or ((workdir / "hold").exists() and not (workdir / "go").exists()):
             if time.monotonic() > deadline:
-                raise TimeoutError("no go within 60 s")
+                raise TimeoutError("still held after 60 s")
             time.sleep(0.005)
         time.sleep(pause)
         return charge(order)
@@ -75,7 +88,10 @@ def say(**fields: Any) -> None:
 async def main(mode: str, backend: str, target: str, schema: str, workdir: str, *rest: str) -> None:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     store = open_store(backend, target, schema)
-    runner = agent(Path(workdir), float(rest[0]) if mode == "worker" else 0.0)
+    if mode == "worker":
+        runner = agent(Path(workdir), float(rest[0]), int(rest[1]) if len(rest) > 1 else None)
+    else:
+        runner = agent(Path(workdir))
     async with store, ActorSystem(store, runners=[runner]) as system:
         if mode == "own":
             ref = await system.spawn(runner, rest[0], execution_id=rest[0])

@@ -1,8 +1,10 @@
 """The fleet with real processes (``_fleet_child.py``): workers killed mid-way, racing sweepers.
 
-* 60 enqueued runs, 3 worker processes, one SIGKILLed mid-way: every run completes once, with one
-  charge each as a deduplicating payment service records it (its ``idempotency_key()``), and the
-  killed worker's runs are taken over within 1 s of its death.
+* 60 enqueued runs, 3 worker processes, one SIGKILLed mid-way (it serves alone first, charges 4
+  runs, then holds the next ones inside their tool until the others are at work and it is killed):
+  every run completes once, with one charge each as a deduplicating payment service records it
+  (its ``idempotency_key()``), and the killed worker's runs, the held ones among them, are taken
+  over within 1 s of its death.
 * 4 processes sweep at once: each orphan (crashed mid-tool in a SIGKILLed process, or mid-model-call
   under an owner whose lock went) is taken exactly once, and no run a live process owns is touched.
 """
@@ -21,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from _fleet_child import NAME, agent
+from anyio.abc import Process
 from conftest import Backend, until_ended
 
 from actors import ActorSystem
@@ -50,26 +53,48 @@ def _charges(workdir: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _charged_by(workdir: Path) -> collections.Counter[str]:
+    """How many charges each worker process (by pid) has made."""
+    return collections.Counter(pid for _order, _key, pid in _charges(workdir))
+
+
+def _held(workdir: Path, pid: int) -> set[str]:
+    """The runs whose tool call is held in process ``pid`` (see ``_fleet_child.agent``)."""
+    return {path.name.removeprefix(f"held-{pid}-") for path in workdir.glob(f"held-{pid}-*")}
+
+
+async def _start_worker(workers: list[Process], backend: Backend, workdir: Path, *rest: str) -> Process:
+    """Start a worker process (kept in ``workers`` for the clean-up) and wait until it serves."""
+    worker = await anyio.open_process(_child("worker", backend, workdir, "0.1", *rest), env=ENV)
+    workers.append(worker)
+    assert worker.stdout is not None
+    await _line(worker.stdout)
+    return worker
+
+
 async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backend, tmp_path: Path) -> None:
     runner = agent(tmp_path)
     async with store_backend.open() as store:
         async with ActorSystem(store, runners=[runner]) as system:
             ids = [await system.enqueue(runner, f"q{i:02d}", execution_id=f"q{i:02d}") for i in range(60)]
-        workers = [
-            await anyio.open_process(_child("worker", store_backend, tmp_path, "0.1"), env=ENV)
-            for _ in range(3)
-        ]
+        workers: list[Process] = []
         try:
-            for worker in workers:
-                assert worker.stdout is not None
-                await _line(worker.stdout)
-            victim = workers[0]
-            with anyio.fail_after(120):
-                while sum(1 for c in _charges(tmp_path) if c[2] == str(victim.pid)) < 4:  # noqa: ASYNC110
+            # The victim serves alone first, so the queue still has runs for it once its first 4
+            # calls have charged: it takes more, and holds each inside its tool call.
+            victim = await _start_worker(workers, store_backend, tmp_path, "4")
+            with anyio.fail_after(60):
+                while _charged_by(tmp_path)[str(victim.pid)] < 4 or not _held(tmp_path, victim.pid):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            # The others join and each charges a run, all before a held call gives up (60 s).
+            with anyio.fail_after(45):
+                for _ in range(2):
+                    await _start_worker(workers, store_backend, tmp_path)
+                while not {str(worker.pid) for worker in workers} <= set(_charged_by(tmp_path)):  # noqa: ASYNC110
                     await anyio.sleep(0.005)
             victim.send_signal(signal.SIGKILL)
             killed = datetime.now(UTC)
             await victim.wait()
+            held = _held(tmp_path, victim.pid)  # runs the kill caught inside their tool call
             await until_ended(store, ids, timeout=180)
             histories = {eid: await store.history(eid) for eid in ids}
         finally:
@@ -92,6 +117,8 @@ async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backen
     )
     assert takeovers, "the kill caught no run mid-way"
     assert takeovers[-1] < 1.0, takeovers
+    taken_over = {eid for eid, rows in histories.items() if _after(rows, killed) is not None}
+    assert held and held <= taken_over, (held, taken_over)
     (tmp_path / "takeovers.json").write_text(json.dumps(takeovers))
 
 
