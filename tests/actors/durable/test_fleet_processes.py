@@ -63,13 +63,19 @@ def _held(workdir: Path, pid: int) -> set[str]:
     return {path.name.removeprefix(f"held-{pid}-") for path in workdir.glob(f"held-{pid}-*")}
 
 
-async def _start_worker(workers: list[Process], backend: Backend, workdir: Path, *rest: str) -> Process:
-    """Start a worker process (kept in ``workers`` for the clean-up) and wait until it serves."""
-    worker = await anyio.open_process(_child("worker", backend, workdir, "0.1", *rest), env=ENV)
-    workers.append(worker)
-    assert worker.stdout is not None
-    await _line(worker.stdout)
-    return worker
+async def _start_workers(
+    workers: list[Process], count: int, backend: Backend, workdir: Path, *rest: str
+) -> list[Process]:
+    """Start ``count`` worker processes at once (kept in ``workers`` for the clean-up) and wait
+    until each serves."""
+    started = []
+    for _ in range(count):
+        started.append(await anyio.open_process(_child("worker", backend, workdir, "0.1", *rest), env=ENV))
+        workers.append(started[-1])
+    for worker in started:
+        assert worker.stdout is not None
+        await _line(worker.stdout)
+    return started
 
 
 async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backend, tmp_path: Path) -> None:
@@ -81,15 +87,15 @@ async def test_workers_finish_every_run_when_one_is_killed(store_backend: Backen
         try:
             # The victim serves alone first, so the queue still has runs for it once its first 4
             # calls have charged: it takes more, and holds each inside its tool call.
-            victim = await _start_worker(workers, store_backend, tmp_path, "4")
+            [victim] = await _start_workers(workers, 1, store_backend, tmp_path, "4")
             with anyio.fail_after(60):
                 while _charged_by(tmp_path)[str(victim.pid)] < 4 or not _held(tmp_path, victim.pid):  # noqa: ASYNC110
                     await anyio.sleep(0.005)
-            # The others join and each charges a run, all before a held call gives up (60 s).
+            # The other two join, and are at work (one of them has charged a run; the victim,
+            # holding, takes at most 12 of the 60) before a held call gives up (60 s).
             with anyio.fail_after(45):
-                for _ in range(2):
-                    await _start_worker(workers, store_backend, tmp_path)
-                while not {str(worker.pid) for worker in workers} <= set(_charged_by(tmp_path)):  # noqa: ASYNC110
+                others = await _start_workers(workers, 2, store_backend, tmp_path)
+                while not {str(worker.pid) for worker in others} & set(_charged_by(tmp_path)):  # noqa: ASYNC110
                     await anyio.sleep(0.005)
             victim.send_signal(signal.SIGKILL)
             killed = datetime.now(UTC)
