@@ -213,11 +213,13 @@ class RunActor(Actor):
         if now and self._scope is not None:
             self._scope.cancel()
 
-    async def _stop_if_released(self) -> None:
-        """After a row: a run handed to the fleet stops here (its step in flight has its row)."""
+    def _stop_if_released(self) -> bool:
+        """After a row: a run handed to the fleet stops here (its step in flight has its row);
+        whether it did (the writer then checkpoints, so the cancel lands before the step)."""
         if self._released and self._scope is not None:
             self._scope.cancel()
-            await anyio.lowlevel.checkpoint()
+            return True
+        return False
 
     def _refuse_released(self) -> None:
         if self._released:

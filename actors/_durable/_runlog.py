@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from stores import (
@@ -252,8 +253,9 @@ class RunLog:
     """The rows of one activation of one run: the next ``seq`` and the four kinds of write.
 
     ``on_first_row`` is called once, after the first row this activation appended (``spawn`` waits on
-    it to know the run owns its id); ``after_row`` is awaited after every step row appended (it may
-    cancel the activation there: a run handed to the fleet stops once its step in flight has its row).
+    it to know the run owns its id); ``after_row`` is called after every step row appended and says
+    whether it cancelled the activation there (a run handed to the fleet stops once its step in
+    flight has its row): the write then checkpoints, so the cancel lands before the step starts.
     """
 
     __slots__ = (
@@ -285,7 +287,7 @@ class RunLog:
         runner: str,
         log: StepLog,
         on_first_row: Callable[[], object] | None = None,
-        after_row: Callable[[], Awaitable[None]] | None = None,
+        after_row: Callable[[], bool] | None = None,
         grace: float = DEFAULT_OUTAGE_GRACE,
         version: str | None = None,
         fingerprint: dict[str, Any] | None = None,
@@ -466,16 +468,17 @@ class RunLog:
         """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken), riding out a
         store outage (:func:`outlast`)."""
         await self._outlast(lambda: self.store.append(row), row)
-        await self._written(row)
+        if self._written(row):
+            await anyio.lowlevel.checkpoint()  # the cancel lands here, before the row's step
 
-    async def _written(self, row: Checkpoint) -> None:
-        """``row`` was committed: tell the log, the first row's waiter, and ``after_row``."""
+    def _written(self, row: Checkpoint) -> bool:
+        """``row`` was committed: tell the log, the first row's waiter, and ``after_row``; whether
+        ``after_row`` cancelled the activation."""
         self.log.step(row)
         if self._on_first_row is not None:
             notify, self._on_first_row = self._on_first_row, None
             notify()
-        if self._after_row is not None:
-            await self._after_row()
+        return self._after_row is not None and self._after_row()
 
     async def claim(self, row: Checkpoint) -> None:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
@@ -532,7 +535,8 @@ class RunLog:
     async def end(self, row: Checkpoint) -> None:
         """Append the ``run_end`` marker ``row``: each attempt shielded, so a cancel cannot lose it,
         and bounded by :data:`MARKER_TIMEOUT` (an attempt cut short has an unknown outcome, and is
-        retried like any other through a store outage)."""
+        retried like any other through a store outage). No checkpoint after it: the marker has no
+        step for a cancel to land before (one shielded scope less per run)."""
 
         async def attempt() -> None:
             # ``fail_after(shield=True)`` without its two generator layers.
@@ -542,5 +546,4 @@ class RunLog:
                 raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")
 
         await self._outlast(attempt, row)
-        with anyio.CancelScope(shield=True):
-            await self._written(row)
+        self._written(row)
