@@ -20,6 +20,7 @@ from ._log import LOGGER, tether_logger
 from ._mailbox import Failable
 from ._ref import ActorInfo, ActorRef
 from ._runtime import ActorRuntime
+from ._scopes import cancel_scope, loop_time, running_asyncio_loop, shielded
 from ._supervision import ChildSpec, Restart, RestartStrategy, Supervision
 
 __all__ = [
@@ -41,6 +42,10 @@ __all__ = [
     "RestartIntensityExceeded",
     "RestartStrategy",
     "Supervision",
+    "cancel_scope",
+    "loop_time",
     "make_spec",
+    "running_asyncio_loop",
+    "shielded",
     "tether_logger",
 ]

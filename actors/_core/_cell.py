@@ -20,6 +20,7 @@ from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import WAKE_TOKEN, ExitReason, Failable
 from ._ref import ActorRef, Ask, current_cell
+from ._scopes import cancel_scope, loop_time, shielded
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class Cell:
         self._wake()
         scope = self.scope
         if timeout is not None and scope is not None:
-            deadline = anyio.current_time() + timeout
+            deadline = loop_time() + timeout
             if deadline < scope.deadline:
                 scope.deadline = deadline
 
@@ -245,7 +246,7 @@ class Cell:
         reason = ExitReason.SHUTDOWN
         error: BaseException | None = None
         try:
-            with anyio.CancelScope() as scope:
+            with cancel_scope() as scope:
                 self.scope = scope
                 if type(actor).on_start is not Actor.on_start:  # the base hook does nothing
                     await actor.on_start(self.ctx)
@@ -273,7 +274,7 @@ class Cell:
         if first is not None:
             scope = self.scope
             if self.exit_request is not None and scope is not None:  # a stop came before the task ran
-                scope.deadline = min(scope.deadline, anyio.current_time() + self.spec.stop_timeout)
+                scope.deadline = min(scope.deadline, loop_time() + self.spec.stop_timeout)
             await handle(first)
         while True:
             if self.signal:
@@ -341,13 +342,11 @@ class Cell:
         """
         node, self.node = self.node, None
         if node is not None:
-            deadline = anyio.current_time() + self.spec.stop_timeout * 2 + 1.0
-            with anyio.CancelScope(deadline=deadline, shield=True):
+            with shielded(self.spec.stop_timeout * 2 + 1.0):
                 await node.shutdown()
         if not started or type(self.actor).on_stop is Actor.on_stop:  # the base hook does nothing
             return
-        deadline = anyio.current_time() + self.spec.stop_timeout
-        with anyio.CancelScope(deadline=deadline, shield=True) as bound:
+        with shielded(self.spec.stop_timeout) as bound:
             try:
                 await self.actor.on_stop(self.ctx)
             except Exception as exc:

@@ -13,7 +13,6 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -33,7 +32,7 @@ from stores import (
     TetherError,
 )
 
-from .._core import Actor, ActorContext, ActorStopped, tether_logger
+from .._core import Actor, ActorContext, ActorStopped, cancel_scope, loop_time, shielded, tether_logger
 from ..models import Message
 from ._engine import level_of
 from ._errors import held_elsewhere
@@ -147,7 +146,7 @@ class RunActor(Actor):
         try:
             token = trace.enter() if trace is not None else None
             try:
-                with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _OPEN_TIMEOUT) as scope:
+                with shielded(_OPEN_TIMEOUT) as scope:
                     opening.next = await engine.opening(opening.messages)
             finally:
                 if trace is not None:
@@ -201,7 +200,7 @@ class RunActor(Actor):
         if scope is None:
             return
         if after_bodies(self.store, self.execution_id, scope.cancel):
-            scope.deadline = min(scope.deadline, _loop_time() + _BODY_BOUND)
+            scope.deadline = min(scope.deadline, loop_time() + _BODY_BOUND)
         else:
             scope.cancel()
 
@@ -416,7 +415,7 @@ class RunActor(Actor):
             self._cancel_reason = None
             self._abandoned = False
             released = False
-            with anyio.CancelScope() as scope:
+            with cancel_scope() as scope:
                 self._scope = scope
                 result = await self._steps(ctx, engine, first)
                 self._scope = None
@@ -427,7 +426,7 @@ class RunActor(Actor):
                     # the release's, shielded and bounded as in _unlock; a cut release stays quiet.
                     released = True
                     scope.shield = True
-                    scope.deadline = anyio.current_time() + _UNLOCK_TIMEOUT
+                    scope.deadline = loop_time() + _UNLOCK_TIMEOUT
                     await self._release()
             if released:
                 return result
@@ -455,7 +454,7 @@ class RunActor(Actor):
     async def _unlock(self) -> None:
         """Release the run's ownership lock, shielded and bounded (no longer active once done)."""
         # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-        with anyio.CancelScope(deadline=anyio.current_time() + _UNLOCK_TIMEOUT, shield=True):
+        with shielded(_UNLOCK_TIMEOUT):
             await self._release()
 
     async def _release(self) -> None:
@@ -472,14 +471,3 @@ class RunActor(Actor):
             _log.warning("run release did not reach the store", execution_id=eid, error=repr(error))
         finally:
             self._active = False
-
-
-def _loop_time() -> float:
-    """``anyio.current_time()``, also in a plain event-loop callback (a store's notice of a lost
-    lock arrives in one), where anyio cannot tell which backend runs it."""
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:
-        import trio  # no asyncio loop runs here, so anyio runs on trio
-
-        return trio.current_time()

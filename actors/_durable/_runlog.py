@@ -47,7 +47,7 @@ from stores import (
     utcnow,
 )
 
-from .._core import LOGGER, tether_logger
+from .._core import LOGGER, shielded, tether_logger
 from ..models import Usage
 from ._versions import FINGERPRINT, FINGERPRINTS, VERSION
 
@@ -540,7 +540,7 @@ class RunLog:
 
         async def attempt() -> None:
             # ``fail_after(shield=True)`` without its two generator layers.
-            with anyio.CancelScope(deadline=anyio.current_time() + MARKER_TIMEOUT, shield=True) as scope:
+            with shielded(MARKER_TIMEOUT) as scope:
                 await self.store.append(row)
             if scope.cancelled_caught:
                 raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")

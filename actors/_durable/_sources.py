@@ -25,7 +25,7 @@ import anyio.abc
 
 from stores import Checkpoint, Store, conversation_of, is_segment_name
 
-from .._core import tether_logger
+from .._core import shielded, tether_logger
 from ._errors import ToolNotFound, unfit_tool_name
 from ._tools import ToolOutcome
 
@@ -257,7 +257,7 @@ async def activation_sources(used: bool) -> AsyncIterator[Connections | None]:
         except BaseException as error:  # re-raised after the group, not wrapped in a group
             failure = error
         finally:
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + CLOSE_TIMEOUT):
+            with shielded(CLOSE_TIMEOUT):
                 await connections.aclose()
             tg.cancel_scope.cancel()  # whatever did not close in time is cut
     if failure is not None:

@@ -21,7 +21,7 @@ import anyio
 
 from stores import RUN_END, Checkpoint, Store, StoreError
 
-from .._core import tether_logger
+from .._core import cancel_scope, running_asyncio_loop, tether_logger
 from ._context import RunStop
 from ._runlog import cancelled_elsewhere
 
@@ -72,7 +72,7 @@ class ToolWatch:
         """``invoke()`` (the tool call whose row is ``row``), cancelled when another process cancels
         the run meanwhile: then ``RunCancelled`` (see :func:`~._runlog.cancelled_elsewhere`), whatever
         the call raised or returned."""
-        with anyio.CancelScope() as scope:
+        with cancel_scope() as scope:
             call = _Call(store, row, stopped, scope)
             timer = self._arm(call)
             try:
@@ -98,7 +98,7 @@ class ToolWatch:
         loop's timer, or (``None``) the table's task."""
         loop = self._loop
         if loop is False:
-            loop = self._loop = _running_asyncio_loop()
+            loop = self._loop = running_asyncio_loop()
         if isinstance(loop, asyncio.AbstractEventLoop):
             return loop.call_later(CANCEL_WATCH, self._watched, call)
         call.since = anyio.current_time()
@@ -147,14 +147,6 @@ class ToolWatch:
                 return
             call.stopped.set()
             call.scope.cancel()
-
-
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop, or ``None`` under another backend (trio)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 async def _until_cancelled(store: Store, row: Checkpoint) -> None:

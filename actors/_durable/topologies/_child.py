@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
-
-from ..._core import Actor, ActorContext, ActorRef, Restart
+from ..._core import Actor, ActorContext, ActorRef, Restart, shielded
 from .._level import Delegation, Level, Next
 from .._messages import Answered, Failed, HandedOff, Outcome, Paused, Waiting
 from ._protocol import Begin, Reported
@@ -76,7 +74,7 @@ async def _run_child(ctx: ActorContext, delegation: Delegation, take: Callable[[
                 return outcome
             take(item)
     finally:
-        with anyio.CancelScope(deadline=anyio.current_time() + _STOP_TIMEOUT, shield=True):
+        with shielded(_STOP_TIMEOUT):
             await ref.stop(timeout=0)
 
 

@@ -1,0 +1,66 @@
+"""Cancel scopes and the clock of the running event loop, without anyio's backend lookup per call.
+
+``anyio.CancelScope()`` and ``anyio.current_time()`` each ask sniffio which library runs the loop
+(about six Python calls), and a run opens several scopes and reads the clock several times. Here
+one ``asyncio.get_running_loop()`` answers: on asyncio the loop's own clock and anyio's scope class
+for asyncio (looked up once, on the first scope); on any other loop (trio) anyio's own calls. The
+scopes are anyio's, so they behave exactly as ``anyio.CancelScope`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import anyio
+
+__all__ = ["cancel_scope", "loop_time", "running_asyncio_loop", "shielded"]
+
+#: anyio's cancel scope class on asyncio (``None``: no scope was made on asyncio yet).
+_asyncio_scope: type[anyio.CancelScope] | None = None
+
+
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` under another backend (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def loop_time() -> float:
+    """``anyio.current_time()``, also in a plain event-loop callback (a store's notice of a lost
+    lock arrives in one), where anyio cannot tell which backend runs it."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        import trio  # no asyncio loop runs here, so anyio runs on trio
+
+        return trio.current_time()
+
+
+def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> anyio.CancelScope:
+    """``anyio.CancelScope(deadline=deadline, shield=shield)``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.CancelScope(deadline=deadline, shield=shield)
+    return (_asyncio_scope or _asyncio_scope_class())(deadline=deadline, shield=shield)
+
+
+def shielded(seconds: float) -> anyio.CancelScope:
+    """A shielded scope cancelled ``seconds`` from now: for clean-up that a cancel must not cut
+    short and that must not hang (one scope, where a shield around a ``move_on_after`` is two)."""
+    try:
+        now = asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.CancelScope(deadline=anyio.current_time() + seconds, shield=True)
+    return (_asyncio_scope or _asyncio_scope_class())(deadline=now + seconds, shield=True)
+
+
+def _asyncio_scope_class() -> type[anyio.CancelScope]:
+    """anyio's cancel scope class on asyncio, looked up once (call on an asyncio loop)."""
+    global _asyncio_scope
+    if _asyncio_scope is None:
+        _asyncio_scope = type(anyio.CancelScope())
+    return _asyncio_scope
