@@ -18,9 +18,9 @@ from ._errors import (
 from ._event import LazyEvent
 from ._log import LOGGER, tether_logger
 from ._mailbox import Failable
+from ._primitives import cancel_scope, loop_time, new_event, running_asyncio_loop, shielded
 from ._ref import ActorInfo, ActorRef
 from ._runtime import ActorRuntime
-from ._scopes import cancel_scope, loop_time, running_asyncio_loop, shielded
 from ._supervision import ChildSpec, Restart, RestartStrategy, Supervision
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "cancel_scope",
     "loop_time",
     "make_spec",
+    "new_event",
     "running_asyncio_loop",
     "shielded",
     "tether_logger",

@@ -19,8 +19,8 @@ from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import WAKE_TOKEN, ExitReason, Failable
+from ._primitives import cancel_scope, loop_time, shielded
 from ._ref import ActorRef, Ask, current_cell
-from ._scopes import cancel_scope, loop_time, shielded
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
 if TYPE_CHECKING:

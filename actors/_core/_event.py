@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import anyio.lowlevel
 
+from ._primitives import new_event
+
 __all__ = ["LazyEvent"]
 
 
@@ -40,5 +42,5 @@ class LazyEvent:
             return
         event = self._event
         if event is None:
-            event = self._event = anyio.Event()
+            event = self._event = new_event()
         await event.wait()

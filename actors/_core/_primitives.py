@@ -1,10 +1,10 @@
-"""Cancel scopes and the clock of the running event loop, without anyio's backend lookup per call.
+"""anyio's cancel scopes and events, and the running loop's clock, without a backend lookup per call.
 
-``anyio.CancelScope()`` and ``anyio.current_time()`` each ask sniffio which library runs the loop
-(about six Python calls), and a run opens several scopes and reads the clock several times. Here
-one ``asyncio.get_running_loop()`` answers: on asyncio the loop's own clock and anyio's scope class
-for asyncio (looked up once, on the first scope); on any other loop (trio) anyio's own calls. The
-scopes are anyio's, so they behave exactly as ``anyio.CancelScope`` does.
+``anyio.CancelScope()``, ``anyio.Event()`` and ``anyio.current_time()`` each ask sniffio which
+library runs the loop (about six Python calls), and a run opens several scopes and reads the clock
+several times. Here one ``asyncio.get_running_loop()`` answers: on asyncio the loop's own clock and
+anyio's classes for asyncio (each looked up once, on its first use); on any other loop (trio)
+anyio's own calls. The scopes and events are anyio's, so they behave exactly as anyio's do.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import math
 
 import anyio
 
-__all__ = ["cancel_scope", "loop_time", "running_asyncio_loop", "shielded"]
+__all__ = ["cancel_scope", "loop_time", "new_event", "running_asyncio_loop", "shielded"]
 
-#: anyio's cancel scope class on asyncio (``None``: no scope was made on asyncio yet).
+#: anyio's cancel scope and event classes on asyncio (``None``: none was made on asyncio yet).
 _asyncio_scope: type[anyio.CancelScope] | None = None
+_asyncio_event: type[anyio.Event] | None = None
 
 
 def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -56,6 +57,18 @@ def shielded(seconds: float) -> anyio.CancelScope:
     except RuntimeError:
         return anyio.CancelScope(deadline=anyio.current_time() + seconds, shield=True)
     return (_asyncio_scope or _asyncio_scope_class())(deadline=now + seconds, shield=True)
+
+
+def new_event() -> anyio.Event:
+    """``anyio.Event()``."""
+    global _asyncio_event
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.Event()
+    if _asyncio_event is None:
+        _asyncio_event = type(anyio.Event())
+    return _asyncio_event()
 
 
 def _asyncio_scope_class() -> type[anyio.CancelScope]:
