@@ -84,7 +84,7 @@ class Sample(NamedTuple):
     traced: int  #: bytes, tracemalloc current after gc
     cached: int  #: runs whose message logs the store remembers
     actors: int  #: live actor tasks
-    live: int  #: runs listed live by the system's durable half
+    live: int  #: keyed actors (runs) the runtime's registry lists live
 
 
 def _agent() -> Agent:
@@ -127,7 +127,7 @@ def _sample(resting: int, store: SQLiteStore, system: ActorSystem | None) -> Sam
     cached = len(store._logs._runs)
     if system is None:
         return Sample(resting, traced, cached, 0, 0)
-    return Sample(resting, traced, cached, system.runtime.live_actors, len(system._runs._live))
+    return Sample(resting, traced, cached, system.runtime.live_actors, len(system.runtime.live_keyed()))
 
 
 async def _batches(start: int, stop: int, batch: int, one: Callable[[int], Awaitable[None]]) -> None:
