@@ -18,7 +18,7 @@ release would leave them unowned and unfindable). The next run taken gets a fres
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
@@ -27,7 +27,7 @@ from ._log import LOGGER
 from ._model import new_id
 from ._queues import Admission, Queue, Work, check_enqueue
 
-__all__ = ["BaseOwnedStore", "Ownership"]
+__all__ = ["BaseOwnedStore", "OwnerRows", "Ownership"]
 
 #: Bound on taking a run (one statement, shielded so its outcome is always known; seconds).
 _TAKE_TIMEOUT: Final = 30.0
@@ -167,87 +167,89 @@ class Ownership:
         return owner in self._lost
 
 
-class BaseOwnedStore:
-    """The ownership methods of a store, written once; a backend supplies the five hooks below.
+class OwnerRows(Protocol):
+    """A backend's dialect of ownership: its liveness lock and its ``run_owners`` statements.
 
-    ``_own`` is the store's :class:`Ownership`; the hooks run the backend's dialect.
+    Each backend implements it as an object of its own (``stores.sqlite._owners.FileOwners``,
+    ``stores.postgres._owners.LockOwners``); the store holds it as ``_owner_rows`` and
+    :class:`BaseOwnedStore` calls it. Carrying a run's take and release on its rows (the bracket of
+    a write: the take, the write, the release, in one transaction) is the backend's ``ride``, whose
+    shape follows the backend's writes; :meth:`BaseOwnedStore._owning` decides what it carries.
     """
 
-    _own: Ownership
-
-    # -- hooks ------------------------------------------------------------------------------------
-
-    async def _hold(self) -> str:
+    async def hold(self) -> str:
         """Make sure this store's liveness lock is held; the owner id it stands for."""
-        raise NotImplementedError
+        ...
 
-    async def _take_row(self, execution_id: str, owner: str) -> bool:
+    async def take_row(self, execution_id: str, owner: str) -> bool:
         """Record ``owner`` with the run unless a live owner other than ``owner`` is recorded."""
-        raise NotImplementedError
+        ...
 
-    async def _release_row(self, execution_id: str, owner: str) -> None:
+    async def release_row(self, execution_id: str, owner: str) -> None:
         """Drop the run's ``run_owners`` row if ``owner`` holds it and the run rests (its newest row is
         a ``run_end`` or a pause, or it has none); otherwise hand the run to the fleet (no owner)."""
-        raise NotImplementedError
+        ...
 
-    async def _owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+    async def owned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs name an owner whose liveness lock is held."""
-        raise NotImplementedError
+        ...
 
-    async def _expired_rows(self, limit: int) -> list[str]:
+    async def expired_rows(self, limit: int) -> list[str]:
         """Paused runs whose pending row's ``expires_at`` has passed, soonest first."""
-        raise NotImplementedError
+        ...
 
-    async def _work_rows(
+    async def work_rows(
         self, limit: int, full: Sequence[str], full_keys: Sequence[tuple[str, str]]
     ) -> list[Work]:
         """Runs whose row names an owner whose liveness lock is free (first), then those that name
         no owner (queued: higher priority first, then oldest), but for the queued runs of the
         queues ``full`` and of the (queue, key) pairs ``full_keys``."""
-        raise NotImplementedError
+        ...
 
-    async def _take_queued_row(self, execution_id: str, owner: str) -> Admission:
-        """Record ``owner`` with the run as ``_take_row`` does, if the limits of the run's queue
+    async def take_queued_row(self, execution_id: str, owner: str) -> Admission:
+        """Record ``owner`` with the run as :meth:`take_row` does, if the limits of the run's queue
         admit it, in the transaction that holds the queue's row and records the start."""
-        raise NotImplementedError
+        ...
 
-    async def _hand_off_row(
+    async def hand_off_row(
         self, execution_id: str, owner: str, queue: str, key: str | None, priority: int
     ) -> None:
         """Hand the run ``owner`` holds to the fleet in ``queue`` with ``key`` and ``priority``
         (recorded for good in ``run_queues``), in one transaction."""
-        raise NotImplementedError
+        ...
 
-    async def _declare_row(self, queue: Queue, owner: str) -> tuple[Queue | None, Queue]:
+    async def declare_row(self, queue: Queue, owner: str) -> tuple[Queue | None, Queue]:
         """Record ``owner``'s limits of the queue, in one transaction: the stricter of them and a
         live other declarer's (:func:`~stores._queues.stricter`). Returns that other declaration
         (``None``: none) and the limits now in force."""
-        raise NotImplementedError
+        ...
 
-    async def _queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    async def queue_rows(self, execution_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """The queue and key each of these runs was enqueued with (absent: not enqueued)."""
-        raise NotImplementedError
+        ...
 
-    async def _unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
+    async def unowned_rows(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs have a ``run_owners`` row that names no owner (handed to the fleet)."""
-        raise NotImplementedError
+        ...
 
-    async def _ownership_rows(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-        """``_owned_rows`` and ``_unowned_rows`` of these runs in one read of ``run_owners``."""
-        raise NotImplementedError
+    async def ownership_rows(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """``owned_rows`` and ``unowned_rows`` of these runs in one read of ``run_owners``."""
+        ...
 
-    def _probe(self) -> None:
+    def probe(self) -> None:
         """A cheap synchronous look at the liveness lock (SQLite: is the lock file still ours)."""
+        ...
 
-    def _ride(self, execution_id: str, op: Op, take: str | None, release: str | None) -> Op:
-        """``op`` with the ownership statements around it, in one transaction: first the take of
-        ``take`` (:func:`taken` raised if a live other owner holds the run), then ``op``, then the
-        release of ``release``. Only for a backend whose :attr:`_rides` is set."""
-        raise NotImplementedError
 
-    #: Whether the run's first row and its resting row carry its ownership: through :meth:`_ride`
-    #: (SQLite), or in the rows' own statements (PostgreSQL, ``stores.postgres._appends``).
-    _rides: bool = False
+class BaseOwnedStore:
+    """The ownership methods of a store, written once over the backend's :class:`OwnerRows`.
+
+    ``_own`` is the store's :class:`Ownership`, ``_owner_rows`` the backend's dialect. Both backends
+    carry a run's take with its first row and its release with its resting row (:meth:`_owning`).
+    """
+
+    _own: Ownership
+    _owner_rows: OwnerRows
 
     # -- the methods ------------------------------------------------------------------------------
 
@@ -264,8 +266,8 @@ class BaseOwnedStore:
         taken: str | None = None
         try:
             for pause in _TAKE_RECHECKS:
-                owner = await self._hold()
-                if await self._bounded_take(self._take_row, execution_id, owner):
+                owner = await self._owner_rows.hold()
+                if await self._bounded_take(self._owner_rows.take_row, execution_id, owner):
                     taken = owner
                     break
                 if pause is None:
@@ -283,32 +285,31 @@ class BaseOwnedStore:
         in that row's transaction, where the take is checked: that write raises :class:`RunExists`
         if a live owner holds the run. ``False`` if this store holds it already. Nothing but that
         write may act for the run before it (:meth:`check_owner` refuses until the take is written)."""
-        if not self._rides:
-            return await self.try_lock(execution_id)
         check_execution_id(execution_id)
         own = self._own
         if not own.begin(execution_id):
             return False
         owner: str | None = None
         try:
-            owner = await self._hold()
+            owner = await self._owner_rows.hold()
         finally:
             own.end(execution_id, owner)
         own.unrecorded.add(execution_id)
         return True
 
     async def _owning(
-        self, execution_id: str, resting: bool, write: Callable[[Callable[[Op], Op]], Awaitable[T]]
+        self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
     ) -> T:
-        """Run ``write`` with the ownership the run's row carries: ``write(ride)`` wraps its
-        transaction's operation in ``ride``. A resting row (``run_end``, a pause) of a run held here
-        deletes its ``run_owners`` row in the same transaction, so :meth:`unlock` writes nothing."""
-        take, release = self._own.riding(execution_id, resting) if self._rides else (None, None)
+        """Run ``write(take, release)``: the owner whose ``run_owners`` row the run's write must take
+        (check and record) and the owner whose row it must delete, in its own transaction (the
+        backend's ``ride``); ``None`` for neither. A resting row (``run_end``, a pause, a wait) of a
+        run held here deletes its row in the same transaction, so :meth:`unlock` writes nothing."""
+        take, release = self._own.riding(execution_id, resting)
         if take is None and release is None:
-            return await write(_same)
+            return await write(None, None)
         done = False
         try:
-            value = await write(lambda op: self._ride(execution_id, op, take, release))
+            value = await write(take, release)
             done = True
         finally:
             self._own.rode(execution_id, take, release, done=done)
@@ -323,7 +324,7 @@ class BaseOwnedStore:
             took = await take(execution_id, owner)
         if scope.cancelled_caught:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_TIMEOUT):
-                await self._release_row(execution_id, owner)
+                await self._owner_rows.release_row(execution_id, owner)
             raise take_unfinished(execution_id, _TAKE_TIMEOUT)
         return took
 
@@ -334,7 +335,7 @@ class BaseOwnedStore:
         check_execution_id(execution_id)
         owner = self._own.release(execution_id)
         if owner is not None:
-            await self._release_row(execution_id, owner)
+            await self._owner_rows.release_row(execution_id, owner)
 
     async def orphans(
         self, limit: int = 100, *, full: Sequence[str] = (), full_keys: Sequence[tuple[str, str]] = ()
@@ -343,8 +344,8 @@ class BaseOwnedStore:
         off (queued: higher priority first, then oldest). At most ``limit``; never a run a live
         owner holds, nor a queued run of the queues ``full`` or of the (queue, key) pairs
         ``full_keys`` (a sweep found them full)."""
-        await self._hold()
-        found = await self._work_rows(limit, list(full), list(full_keys))
+        await self._owner_rows.hold()
+        found = await self._owner_rows.work_rows(limit, list(full), list(full_keys))
         return [work.execution_id for work in found]
 
     # -- flow control (stores._queues) -------------------------------------------------------------
@@ -362,7 +363,7 @@ class BaseOwnedStore:
         owner = await self._hold_or_end(execution_id)
         admission = Admission(False)
         try:
-            admission = await self._bounded_take(self._take_queued_row, execution_id, owner)
+            admission = await self._bounded_take(self._owner_rows.take_queued_row, execution_id, owner)
         finally:
             own.end(execution_id, owner if admission.taken else None)
         if admission.taken:
@@ -383,7 +384,7 @@ class BaseOwnedStore:
 
     async def _hold_or_end(self, execution_id: str) -> str:
         try:
-            return await self._hold()
+            return await self._owner_rows.hold()
         except BaseException:
             self._own.end(execution_id, None)
             raise
@@ -402,7 +403,7 @@ class BaseOwnedStore:
         check_enqueue(queue, key, priority)
         owner = self._own.release(execution_id)
         if owner is not None:
-            await self._hand_off_row(execution_id, owner, queue, key, priority)
+            await self._owner_rows.hand_off_row(execution_id, owner, queue, key, priority)
 
     async def declare_queues(self, queues: Sequence[Queue]) -> list[Queue]:
         """Give the fleet these queues' limits (a serving process does at its start). Where a live
@@ -411,7 +412,7 @@ class BaseOwnedStore:
         for queue in queues:
             if not isinstance(queue, Queue):
                 raise TypeError(f"queues takes Queue objects, not {type(queue).__name__}")
-            other, held = await self._declare_row(queue, await self._hold())
+            other, held = await self._owner_rows.declare_row(queue, await self._owner_rows.hold())
             if other is not None and other != queue:
                 LOGGER.warning(
                     "workers disagree on the limits of queue %r: this one gives %r, a live one gave %r; "
@@ -428,26 +429,26 @@ class BaseOwnedStore:
         """The queue and key each of these runs was enqueued with (runs not enqueued are absent)."""
         if not execution_ids:
             return {}
-        return await self._queue_rows(list(execution_ids))
+        return await self._owner_rows.queue_rows(list(execution_ids))
 
     async def expired(self, limit: int = 100) -> list[str]:
         """Paused runs past the deadline of their pause (``interrupt(..., expires_in=)``), soonest
         first, at most ``limit``; a sweep claims each as a refusal."""
-        return await self._expired_rows(limit)
+        return await self._owner_rows.expired_rows(limit)
 
     async def owned(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs a live owner holds (any process, this one included), read without
         taking or waiting for any lock another process could need."""
         if not execution_ids:
             return set()
-        return await self._owned_rows(list(execution_ids))
+        return await self._owner_rows.owned_rows(list(execution_ids))
 
     async def unowned(self, execution_ids: Sequence[str]) -> set[str]:
         """Which of these runs were handed to the fleet and not yet taken (enqueued, claimed, or
         left mid-step): a plain read, no lock taken."""
         if not execution_ids:
             return set()
-        return await self._unowned_rows(list(execution_ids))
+        return await self._owner_rows.unowned_rows(list(execution_ids))
 
     async def ownership(self, execution_ids: Sequence[str]) -> tuple[set[str], set[str]]:
         """Which of these runs a live owner holds (:meth:`owned`) and which were handed to the
@@ -455,11 +456,11 @@ class BaseOwnedStore:
         the fleet, meanwhile is in one of the two, never in neither (as two reads could have it)."""
         if not execution_ids:
             return set(), set()
-        return await self._ownership_rows(list(execution_ids))
+        return await self._owner_rows.ownership_rows(list(execution_ids))
 
     def check_owner(self, execution_id: str) -> None:
         """Raise ``OwnershipLost`` if this store abandoned the run (no I/O)."""
-        self._probe()
+        self._owner_rows.probe()
         self._own.check(execution_id)
         if execution_id in self._own.unrecorded:
             raise take_unrecorded(execution_id)
@@ -472,7 +473,3 @@ class BaseOwnedStore:
         """Call ``wake()`` whenever a run is handed to the fleet: ``None`` here, this store sends no
         such notice (a serving process polls); a backend that can overrides it."""
         return None
-
-
-def _same(op: Op) -> Op:
-    return op

@@ -116,39 +116,37 @@ class GroupAppends(StoreHalf):
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
         eid = row.execution_id
         self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
-        take, release = self._own.riding(eid, row.step_type == RUN_END)
         consumes = consumes_of(row)
         if consumes is None and row.step_type in (SIGNAL, WAKE):
             consumes = []
         if consumes is not None:  # a row that consumes signals: its own statement (rare), never resting
-            done = False
-            try:
-                await self._taking(
+            return await self._owning(
+                eid,
+                False,
+                lambda take, _: self._owner_rows.ride(
                     eid,
                     take,
                     lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
-                )
-                done = True
-            finally:
-                self._own.rode(eid, take, None, done=done)
-            return
+                ),
+            )
+        await self._owning(
+            eid, row.step_type == RUN_END, lambda take, release: self._append_owned(row, take, release)
+        )
+
+    async def _append_owned(self, row: Checkpoint, take: str | None, release: str | None) -> None:
+        """Append ``row`` carrying the run's ``take`` and ``release`` (group commit when its statement
+        can carry them: all but a run whose first row is its ``run_end``)."""
         if take is None and release is None:
             return await self._append(row, _NO_OWNERSHIP)
-        done = False
-        try:
-            if take is not None and release is not None:
-                # One statement cannot insert a run_owners row and delete it: a run whose first
-                # row is its run_end takes it first, in the row's transaction.
-                own, plan = (None, None, release), self._first_plan(row)
-                await self._taking(
-                    eid, take, lambda via: self._write_planned("append_own", row, plan, own, via=via)
-                )
-            else:
-                key = None if take is None else owner_key(self.schema, take)
-                await self._append(row, (take, key, release))
-            done = True
-        finally:
-            self._own.rode(eid, take, release, done=done)
+        if take is not None and release is not None:
+            # One statement cannot insert a run_owners row and delete it: a run whose first
+            # row is its run_end takes it first, in the row's transaction.
+            own, plan = (None, None, release), self._first_plan(row)
+            return await self._owner_rows.ride(
+                row.execution_id, take, lambda via: self._write_planned("append_own", row, plan, own, via=via)
+            )
+        key = None if take is None else owner_key(self.schema, take)
+        await self._append(row, (take, key, release))
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`), with no

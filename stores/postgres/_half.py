@@ -12,6 +12,7 @@ import asyncpg
 
 from .._base import Plan
 from .._model import Checkpoint
+from ._owners import LockOwners
 
 __all__ = ["StoreHalf"]
 
@@ -21,19 +22,16 @@ T = TypeVar("T")
 class StoreHalf:
     """A half of :class:`~stores.PostgresStore`: the store's pool, its outage guard and its writes."""
 
+    _owner_rows: LockOwners
+
     if TYPE_CHECKING:
 
         async def _ready(self) -> asyncpg.Pool: ...
 
         def _lost(self) -> AbstractContextManager[None]: ...
 
-        async def _taking(
-            self,
-            execution_id: str,
-            take: str | None,
-            write: Callable[[asyncpg.pool.PoolConnectionProxy | None], Awaitable[T]],
-            *,
-            take_last: bool = False,
+        async def _owning(
+            self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
         ) -> T: ...
 
         async def _write_planned(

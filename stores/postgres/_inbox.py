@@ -61,25 +61,23 @@ class Inbox(StoreHalf):
         """Append a ``wait`` row, resting the run (see :meth:`Store.append_wait`)."""
         eid = row.execution_id
         self._own.check(eid)
-        take, release = self._own.riding(eid, True)
-        extra = (name, wake_at, release, utcnow())
 
-        async def write(via: asyncpg.pool.PoolConnectionProxy | None) -> None:
-            if via is not None:
-                await via.execute("SELECT pg_advisory_xact_lock($1)", self._wait_key(eid))
-                return await self._write_planned("wait", row, None, extra, via=via)
-            pool = await self._ready()
-            with self._lost():
-                async with pool.acquire() as conn, conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", self._wait_key(eid))
-                    await self._write_planned("wait", row, None, extra, via=conn)
+        async def write(take: str | None, release: str | None) -> None:
+            extra = (name, wake_at, release, utcnow())
 
-        done = False
-        try:
-            await self._taking(eid, take, write)
-            done = True
-        finally:
-            self._own.rode(eid, take, release, done=done)
+            async def write_in(via: asyncpg.pool.PoolConnectionProxy | None) -> None:
+                if via is not None:
+                    await via.execute("SELECT pg_advisory_xact_lock($1)", self._wait_key(eid))
+                    return await self._write_planned("wait", row, None, extra, via=via)
+                pool = await self._ready()
+                with self._lost():
+                    async with pool.acquire() as conn, conn.transaction():
+                        await conn.execute("SELECT pg_advisory_xact_lock($1)", self._wait_key(eid))
+                        await self._write_planned("wait", row, None, extra, via=conn)
+
+            await self._owner_rows.ride(eid, take, write_in)
+
+        await self._owning(eid, True, write)
 
     async def due_waits(self, limit: int) -> list[tuple[str, int]]:
         """Resting runs due for a wake (see :meth:`Store.due_waits`): one range of an index."""

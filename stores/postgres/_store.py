@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -56,11 +56,9 @@ from ._connection import (
     read_dsn,
 )
 from ._inbox import Inbox, consumed_elsewhere
-from ._locks import OWNER_SQL, LivenessLock
 from ._notices import RowNotices
 from ._outbox import Outbox
 from ._owners import LockOwners
-from ._queue_sql import QUEUE_SQL
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schedules import Schedules
 from ._schema import migrate
@@ -72,12 +70,14 @@ _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 5.0
 
 
-class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedules):
+class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
 
     ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
     ``max_row_bytes`` bounds one row's new content (:class:`RowTooLarge` above it).
     """
+
+    _owner_rows: LockOwners
 
     def __init__(
         self,
@@ -108,10 +108,19 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
         self._bridge = Bridge()
         self._pool: asyncpg.Pool | None = None
         self._setup_lock = anyio.Lock()
-        self._liveness = LivenessLock(schema, self._own, self._lock_connection, self._lost, connect_timeout)
-        self._owner_sql = {k: v.replace("{s}", f'"{schema}"') for k, v in {**OWNER_SQL, **QUEUE_SQL}.items()}
+        self._owner_rows = LockOwners(
+            self._own,
+            schema=schema,
+            dsn=self.dsn,
+            bridge=self._bridge,
+            ready=self._ready,
+            lost=self._lost,
+            refuse_closed=self._refuse_closed,
+            connect_timeout=connect_timeout,
+            keepalive_idle=lock_keepalive_idle,
+        )
         #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
-        self.work_channel = f"tether_work_{advisory_key(schema, 'work') & 0xFFFF_FFFF_FFFF:x}"
+        self.work_channel = self._owner_rows.work_channel
         self._queue: list[Queued] = []
         self._flushers = 0
         self._max_flushers = max_flushers
@@ -166,7 +175,7 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
         self._prepared.clear()
         await self._notices.close()
         with anyio.CancelScope(shield=True):
-            await self._liveness.close()
+            await self._owner_rows.liveness.close()
             closed = False
             with anyio.move_on_after(_CLOSE_TIMEOUT):
                 if pool is not None:
@@ -190,19 +199,16 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
             pending.created_at,
             pending.expires_at,
         )
-        eid = row.execution_id
-        take, release = self._own.riding(eid, True)
-        if take is None and release is None:
-            return await self._write_planned("pause", row, None, (*extra, None))
-        done = False
-        try:
-            plan = self._first_plan(row)  # a row the store refuses is refused before any take
-            await self._taking(
-                eid, take, lambda via: self._write_planned("pause", row, plan, (*extra, release), via=via)
+
+        async def write(take: str | None, release: str | None) -> None:
+            plan = None if take is None else self._first_plan(row)  # refused before any take
+            await self._owner_rows.ride(
+                row.execution_id,
+                take,
+                lambda via: self._write_planned("pause", row, plan, (*extra, release), via=via),
             )
-            done = True
-        finally:
-            self._own.rode(eid, take, release, done=done)
+
+        await self._owning(row.execution_id, True, write)
 
     async def _write_planned(
         self,
@@ -275,18 +281,20 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
         is already claiming waits for that one: if it won, this one lost without a round trip.
         """
         eid = row.execution_id
-        take, _ = self._own.riding(eid, False)
-        if take is None:
-            return await single_claim(
-                ("postgres", self.dsn, self.schema, eid), lambda: self._claim_row(row), lambda: no_pause(eid)
+
+        async def write(take: str | None, _: str | None) -> PendingInterrupt:
+            if take is None:
+                return await single_claim(
+                    ("postgres", self.dsn, self.schema, eid),
+                    lambda: self._claim_row(row),
+                    lambda: no_pause(eid),
+                )
+            # The run rested here (a pause): its claim takes it again, in one transaction.
+            return await self._owner_rows.ride(
+                eid, take, lambda via: self._claim_row(row, via), take_last=True
             )
-        done = False
-        try:  # the run rested here (a pause): its claim takes it again, in one transaction
-            claimed = await self._taking(eid, take, lambda via: self._claim_row(row, via), take_last=True)
-            done = True
-        finally:
-            self._own.rode(eid, take, None, done=done)
-        return claimed
+
+        return await self._owning(eid, False, write)
 
     async def _claim_row(
         self, row: Checkpoint, via: asyncpg.pool.PoolConnectionProxy | None = None
@@ -562,6 +570,29 @@ class PostgresStore(LockOwners, BaseStore, GroupAppends, Outbox, Inbox, Schedule
             rec = await pool.fetchrow(self._sql["cache_intend"], execution_id, key, marker, body, now)
         assert rec is not None
         return rec["value"], bool(rec["recorded"])
+
+    # -- ownership (the dialect is ``self._owner_rows``) ----------------------------------------
+
+    @property
+    def _lock_conn(self) -> asyncpg.Connection | None:
+        """The lock connection holding this store's liveness lock, if open."""
+        return self._owner_rows.liveness.connection
+
+    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
+        """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
+        own); returns the coroutine function that stops listening."""
+        return await self._owner_rows.listen_for_work(wake)
+
+    async def owner_pid(self, execution_id: str) -> int | None:
+        """The server pid of the session holding the liveness lock of the run's owner, if it is alive
+        (what ``tether recover --force`` terminates)."""
+        return await self._owner_rows.owner_pid(execution_id)
+
+    async def terminate_owner(self, execution_id: str) -> int | None:
+        """End the lock session of the run's live owner (an operator's ``tether recover --force``
+        for a frozen process): every run that owner holds is then an orphan. The pid ended, or
+        ``None`` when no live owner holds the run."""
+        return await self._owner_rows.terminate_owner(execution_id)
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from .._base import Plan
 from .._errors import check_execution_id, signals_taken
 from .._model import LLM_CALL, Checkpoint, new_id, utcnow
-from .._owners import Op
 from .._signals import (
     MESSAGE,
     SignalsWaiting,
@@ -99,13 +98,9 @@ class Inbox:
             self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False
         ) -> None: ...
 
-        async def _owning(
-            self, execution_id: str, resting: bool, write: Callable[[Callable[[Op], Op]], Awaitable[T]]
-        ) -> T: ...
-
-        async def _planned(
-            self, row: Checkpoint, attempt: Callable[[Plan], Awaitable[T]], plan: Plan | None = None
-        ) -> T: ...
+        def _write_row(
+            self, row: Checkpoint, resting: bool, op: Callable[[Plan], Callable[[sqlite3.Connection], T]]
+        ) -> Awaitable[T]: ...
 
         async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
@@ -183,9 +178,7 @@ class Inbox:
             return run
 
         await self._ensure()
-        await self._owning(
-            eid, True, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
-        )
+        await self._write_row(row, True, op)
 
     async def due_waits(self, limit: int) -> list[tuple[str, int]]:
         """Resting runs due for a wake (see :meth:`Store.due_waits`): one range of an index."""

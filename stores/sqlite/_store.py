@@ -16,7 +16,7 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -75,7 +75,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules):
+class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -83,6 +83,8 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
     ``max_row_bytes`` limits a row's new content (:class:`RowTooLarge` above it). Several processes
     may share one file. :attr:`transactions` counts write transactions (group commit shares them).
     """
+
+    _owner_rows: FileOwners
 
     def __init__(
         self,
@@ -107,6 +109,13 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
         self._queue = []
         self._drain = None
         self._liveness = LivenessFile(self.lock_path, self._own)
+        self._owner_rows = FileOwners(
+            self._liveness,
+            refuse_closed=self._refuse_closed,
+            ensure=self._ensure,
+            read=self._read,
+            write=self._write,
+        )
         self._write_lock = file_lock(self.path)
         self._db_key = os.path.realpath(self.path)
         self.transactions = 0
@@ -210,11 +219,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         await self._ensure()
-        await self._owning(
-            row.execution_id,
-            row.step_type == RUN_END,
-            lambda ride: self._planned(row, lambda plan: self._write(ride(lambda c: self._insert(c, plan)))),
-        )
+        await self._write_row(row, row.step_type == RUN_END, lambda plan: lambda c: self._insert(c, plan))
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
@@ -249,9 +254,7 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
             return run
 
         await self._ensure()
-        await self._owning(
-            row.execution_id, True, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
-        )
+        await self._write_row(row, True, op)
 
     async def claim(self, row: Checkpoint) -> PendingInterrupt:
         """Claim the run's pause: delete its pending row and append ``row``, in one transaction.
@@ -294,8 +297,20 @@ class SQLiteStore(FileOwners, BaseStore, GroupCommit, Replica, Inbox, Schedules)
 
             return run
 
-        return await self._owning(
-            eid, False, lambda ride: self._planned(row, lambda plan: self._write(ride(op(plan))))
+        return await self._write_row(row, False, op)
+
+    def _write_row(
+        self, row: Checkpoint, resting: bool, op: Callable[[Plan], Callable[[sqlite3.Connection], T]]
+    ) -> Awaitable[T]:
+        """Plan ``row`` and write ``op(plan)`` in one transaction with the run's ownership riding in it
+        (``resting``: the row rests the run, so its release rides too). The store is set up first."""
+        eid, rows = row.execution_id, self._owner_rows
+        return self._owning(
+            eid,
+            resting,
+            lambda take, release: self._planned(
+                row, lambda plan: self._write(rows.ride(eid, op(plan), take, release))
+            ),
         )
 
     async def _recall(self, row: Checkpoint) -> None:
