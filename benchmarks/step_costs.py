@@ -17,8 +17,8 @@ fresh SQLite file (WAL, ``synchronous=FULL``), interleaved over ``--rounds`` rou
 
 Per run it prints runs/s and the ratio to raw, the CPU time of the event-loop thread
 (``time.thread_time``), and for the two store contenders the writer thread's time inside its write
-transactions and inside their ``COMMIT`` (timers wrapped around two ``SQLiteStore`` methods in this
-process only). The differences split a run: tether minus store is what the framework costs on the
+transactions and inside their ``COMMIT`` (timers wrapped around two methods of the store's
+connection owner, ``stores.sqlite._writer.Connections``, in this process only). The differences split a run: tether minus store is what the framework costs on the
 loop, store minus raw what the store adds to the raw write. Verified while measuring: tether runs as
 in step_path (the answer, the tool once, the 4 rows in order); store runs hold the same 4 rows in
 order, raw runs 4 rows each.
@@ -53,13 +53,14 @@ from benchmarks.step_path import (
     timed_runs,
 )
 from stores import Checkpoint, SQLiteStore, Store, new_id, utcnow
+from stores.sqlite._writer import Connections
 
 # Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
 _writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}
 
 
 def _instrument() -> None:
-    """Wrap ``SQLiteStore``'s transaction and COMMIT with timers (this benchmark's process only)."""
+    """Wrap the SQLite store's transaction and COMMIT with timers (this benchmark's process only)."""
 
     def timed(method: Callable[..., Any], key: str) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -74,7 +75,7 @@ def _instrument() -> None:
 
         return wrapper
 
-    store: Any = SQLiteStore
+    store: Any = Connections
     if not hasattr(store._run_batch_locked, "__wrapped__"):
         store._run_batch_locked = timed(store._run_batch_locked, "transactions")
         store._commit = timed(store._commit, "commit")

@@ -7,7 +7,7 @@ unconsumed signals and the wait it rests at) in one write transaction."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -32,9 +32,9 @@ class Replica:
 
     if TYPE_CHECKING:  # the store's own, first in its bases
 
-        async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
 
-        async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
 
     def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False) -> None:
         raise NotImplementedError

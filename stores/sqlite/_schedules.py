@@ -4,7 +4,7 @@ compare-and-set."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -35,9 +35,9 @@ class Schedules:
 
     if TYPE_CHECKING:  # the store's own, first in its bases
 
-        async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
 
-        async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
 
     async def put_schedule(self, schedule: StoredSchedule) -> None:
         """Insert or update a schedule by name (see :meth:`Store.put_schedule`)."""

@@ -2,7 +2,7 @@
 
 How a write works. A caller plans its row on the event loop (:meth:`BaseStore._planned`, so a
 :class:`SerializationError` or :class:`RowTooLarge` is raised before anything is queued), then puts
-one operation on the write queue of :class:`~stores.sqlite._writer.GroupCommit` and awaits its own
+one operation on the write queue of :class:`~stores.sqlite._writer.Connections` and awaits its own
 future; the writer thread commits everything queued in one transaction. Reads use a second
 connection (WAL readers never block the writer) and are one thread hop per method, each in one read
 transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
@@ -12,10 +12,8 @@ Ownership (one lock per owner id, a ``run_owners`` row per run) is :mod:`stores.
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -33,17 +31,14 @@ from .._errors import (
     pending_exists,
     run_exists,
     seq_taken,
-    store_closed,
-    unreadable,
 )
 from .._flight import single_claim
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
-from .._loop import settled
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
-from ._connection import SYNCHRONOUS, DatabaseThread, connect, integrity_problems, retry_busy
+from ._connection import SYNCHRONOUS, integrity_problems
 from ._inbox import INBOX_STEPS, Inbox, inbox_guard
 from ._locks import LivenessFile
 from ._owners import FileOwners
@@ -65,8 +60,7 @@ from ._rows import (
     walkers,
 )
 from ._schedules import Schedules
-from ._schema import migrate
-from ._writer import GroupCommit, file_lock
+from ._writer import Connections
 
 __all__ = ["SQLiteStore"]
 
@@ -75,7 +69,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
+class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -101,24 +95,28 @@ class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
         super().__init__(max_row_bytes=max_row_bytes)
         self.path = os.fspath(path)
         self.lock_path = self.path + ".locks"
-        self._synchronous = synchronous.upper()
-        self._busy_timeout = busy_timeout
-        self._writer: DatabaseThread | None = None
-        self._reader: DatabaseThread | None = None
         self._setup_lock = anyio.Lock()
-        self._queue = []
-        self._drain = None
+        self._db = Connections(
+            self.path,
+            synchronous=synchronous.upper(),
+            busy_timeout=busy_timeout,
+            store=self,
+            ensure=self._ensure,
+        )
         self._liveness = LivenessFile(self.lock_path, self._own)
         self._owner_rows = FileOwners(
             self._liveness,
             refuse_closed=self._refuse_closed,
             ensure=self._ensure,
-            read=self._read,
-            write=self._write,
+            read=self._db.read,
+            write=self._db.write,
         )
-        self._write_lock = file_lock(self.path)
         self._db_key = os.path.realpath(self.path)
-        self.transactions = 0
+
+    @property
+    def transactions(self) -> int:
+        """How many write transactions this store committed (group commit shares them)."""
+        return self._db.transactions
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -133,15 +131,7 @@ class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
             if self._state_now() is StoreState.READY:  # another task set it up while we waited
                 return
             self._refuse_closed()
-            try:
-                self._writer = await self._open(writer=True)
-                await self._writer.call(
-                    functools.partial(migrate, self._writer.conn, self.path, self._begin, self._commit)
-                )
-                self._reader = await self._open(writer=False)
-            except BaseException:
-                await self._close_connections()
-                raise
+            await self._db.open()
             self._state = StoreState.READY
 
     def _state_now(self) -> StoreState:
@@ -157,29 +147,8 @@ class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
             return
         self._state = StoreState.CLOSED
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-            if self._drain is not None:
-                await settled(self._drain)
-            await self._close_connections()
+            await self._db.close()
         self._liveness.close()
-
-    async def _close_connections(self) -> None:
-        for thread in (self._writer, self._reader):
-            if thread is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
-                    await thread.close()
-        self._writer = self._reader = None
-
-    async def _open(self, *, writer: bool) -> DatabaseThread:
-        # Connect in a worker thread first, so a failure never leaves a database thread behind.
-        opener = functools.partial(
-            connect,
-            self.path,
-            writer=writer,
-            busy_timeout=self._busy_timeout,
-            synchronous=self._synchronous,
-        )
-        raw = await anyio.to_thread.run_sync(opener)
-        return DatabaseThread(raw, f"tether-sqlite-{'writer' if writer else 'reader'}")
 
     async def integrity_check(self, *, max_errors: int = 100) -> list[str]:
         """What SQLite's ``PRAGMA integrity_check`` finds wrong with the file, at most ``max_errors``
@@ -190,29 +159,9 @@ class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
 
     # ------------------------------------------------------------------ reads (one hop each)
 
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one read transaction on the reader thread."""
-        await self._ensure()
-        reader = self._reader
-        if reader is None:
-            raise store_closed(self)
-        conn = reader.conn
-
-        def run() -> T:
-            deadline = time.monotonic() + self._busy_timeout * 2
-            retry_busy(lambda: conn.execute("BEGIN"), deadline)
-            try:
-                return fn(conn)
-            finally:
-                conn.rollback()
-
-        try:
-            return await reader.call(run)
-        except sqlite3.DatabaseError as exc:
-            fault = self._fault(exc)
-            if fault is exc and isinstance(exc, sqlite3.OperationalError):
-                raise unreadable(self.path, exc) from exc
-            raise fault from exc
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        """Run ``fn`` in one read transaction on the reader thread (:meth:`Connections.read`)."""
+        return self._db.read(fn)
 
     # ------------------------------------------------------------------ writes
 
@@ -304,14 +253,18 @@ class SQLiteStore(BaseStore, GroupCommit, Replica, Inbox, Schedules):
     ) -> Awaitable[T]:
         """Plan ``row`` and write ``op(plan)`` in one transaction with the run's ownership riding in it
         (``resting``: the row rests the run, so its release rides too). The store is set up first."""
-        eid, rows = row.execution_id, self._owner_rows
+        eid, rows, write = row.execution_id, self._owner_rows, self._db.write
         return self._owning(
             eid,
             resting,
             lambda take, release: self._planned(
-                row, lambda plan: self._write(rows.ride(eid, op(plan), take, release))
+                row, lambda plan: write(rows.ride(eid, op(plan), take, release))
             ),
         )
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        """Queue ``fn`` for the next write transaction (:meth:`Connections.write`)."""
+        return self._db.write(fn)
 
     async def _recall(self, row: Checkpoint) -> None:
         """Load the row's conversation log into memory if a continuing run's log is not known."""

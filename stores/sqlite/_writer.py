@@ -1,12 +1,17 @@
-"""Group commit on the writer connection: many callers' writes, one transaction, one COMMIT.
+"""The one owner of a SQLite store's connections: group commit on the writer, one hop per read.
 
-A caller puts one operation (a function of the ``sqlite3.Connection``) on the write queue and awaits
-its own future. The drain is a chain of callbacks, not a task: the first writer schedules
-:meth:`GroupCommit._next_batch` for the next loop iteration (writers ready in this one share the
-commit), which posts the queued batch to the writer thread; the thread runs it in ONE hop
+:class:`Connections` opens the writer and the reader (each served by its own
+:class:`~stores.sqlite._connection.DatabaseThread`), migrates the file, and answers the store's
+requests: a read is one hop to the reader thread in one read transaction; a write is a message (an
+operation, a function of the ``sqlite3.Connection``, with the caller's future) on the write queue.
+
+Group commit: many callers' writes, one transaction, one COMMIT. A caller puts one operation on the
+write queue and awaits its own future. The drain is a chain of callbacks, not a task: the first writer
+schedules :meth:`Connections._next_batch` for the next loop iteration (writers ready in this one share
+the commit), which posts the queued batch to the writer thread; the thread runs it in ONE hop
 (``BEGIN IMMEDIATE``, the operations, one ``COMMIT``), answers each caller's future itself through
 ``call_soon_threadsafe`` and chains the next batch. The loop is the caller's, asyncio's or trio's
-(:mod:`stores.sqlite._loop`). No task, no intermediate future, one wake-up
+(:mod:`stores._loop`). No task, no intermediate future, one wake-up
 per caller; nothing in the chain can be cancelled. If an operation fails, the batch is re-run with
 a ``SAVEPOINT`` per operation, so the failure rolls back only itself and its caller gets its own
 exception. While that hop runs, new operations queue up and share the next commit.
@@ -20,26 +25,32 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from .._base import StoreState
+import anyio
+import anyio.to_thread
+
 from .._errors import (
     StoreCorrupt,
     batch_stopped,
     stayed_locked,
     store_closed,
     store_corrupt,
+    unreadable,
     write_failed,
 )
-from .._loop import Loop, Settled, trio_loop
-from ._connection import DatabaseThread, fault_of, retry_busy
+from .._loop import Loop, Settled, settled, trio_loop
+from ._connection import DatabaseThread, connect, fault_of, retry_busy
+from ._schema import migrate
 
-__all__ = ["GroupCommit", "file_lock"]
+__all__ = ["Connections", "file_lock"]
 
 T = TypeVar("T")
 
 _MAX_BATCH: Final = 512
+#: Bound on stopping one database thread (seconds).
+_CLOSE_TIMEOUT: Final = 10.0
 
 # One mutex per database file for the write transactions of every SQLiteStore of this process on it.
 # Writers of one process then queue on a lock that wakes the next one the moment a COMMIT is done,
@@ -67,33 +78,111 @@ class _Op:
         self.future = future
 
 
-class GroupCommit:
-    """The write half of :class:`~stores.SQLiteStore`: the queue, the drain chain and the batches.
+class Connections:
+    """The writer and the reader of one :class:`~stores.SQLiteStore`, and the only code that uses them.
 
-    The store sets the attributes below in its ``__init__`` and ``setup``; :meth:`_ensure` is the
-    store's (set it up on first use).
+    ``store`` names the store in errors; ``ensure`` sets the store up on first use (it calls
+    :meth:`open` once). :attr:`transactions` counts write transactions (group commit shares them).
     """
 
-    path: str
-    transactions: int
-    _busy_timeout: float
-    _writer: DatabaseThread | None
-    _write_lock: threading.Lock
-    _queue: list[_Op]
-    # Set while batches are being written; resolved when the queue is empty (``close`` waits).
-    _drain: Settled[None] | None
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str,
+        busy_timeout: float,
+        store: object,
+        ensure: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
+        self._store = store
+        self._ensure = ensure
+        self._writer: DatabaseThread | None = None
+        self._reader: DatabaseThread | None = None
+        self._write_lock = file_lock(path)
+        self._queue: list[_Op] = []
+        # Set while batches are being written; resolved when the queue is empty (``close`` waits).
+        self._drain: Settled[None] | None = None
+        # Why the file is known to be damaged (set by the first read or write that found it so).
+        self._corrupt: str | None = None
+        self.closed = False
+        self.transactions = 0
 
-    _state: StoreState
-    # Why the file is known to be damaged (set by the first read or write that found it so).
-    _corrupt: str | None = None
+    # -- opening and closing ----------------------------------------------------------------------
 
-    async def _ensure(self) -> None:
-        raise NotImplementedError
+    async def open(self) -> None:
+        """Open both connections and migrate the schema (safe across processes); on a failure
+        nothing is left open."""
+        try:
+            self._writer = await self._connect(writer=True)
+            await self._writer.call(
+                functools.partial(migrate, self._writer.conn, self.path, self._begin, self._commit)
+            )
+            self._reader = await self._connect(writer=False)
+        except BaseException:
+            await self._close_threads()
+            raise
+
+    async def _connect(self, *, writer: bool) -> DatabaseThread:
+        # Connect in a worker thread first, so a failure never leaves a database thread behind.
+        opener = functools.partial(
+            connect,
+            self.path,
+            writer=writer,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+        )
+        raw = await anyio.to_thread.run_sync(opener)
+        return DatabaseThread(raw, f"tether-sqlite-{'writer' if writer else 'reader'}")
+
+    async def close(self) -> None:
+        """Refuse new writes, finish the queued ones, then stop both threads (each bounded)."""
+        self.closed = True
+        if self._drain is not None:
+            await settled(self._drain)
+        await self._close_threads()
+
+    async def _close_threads(self) -> None:
+        for thread in (self._writer, self._reader):
+            if thread is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+                    await thread.close()
+        self._writer = self._reader = None
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction on the reader thread (one hop)."""
+        await self._ensure()
+        reader = self._reader
+        if reader is None:
+            raise store_closed(self._store)
+        conn = reader.conn
+
+        def run() -> T:
+            deadline = time.monotonic() + self._busy_timeout * 2
+            retry_busy(lambda: conn.execute("BEGIN"), deadline)
+            try:
+                return fn(conn)
+            finally:
+                conn.rollback()
+
+        try:
+            return await reader.call(run)
+        except sqlite3.DatabaseError as exc:
+            fault = self._fault(exc)
+            if fault is exc and isinstance(exc, sqlite3.OperationalError):
+                raise unreadable(self.path, exc) from exc
+            raise fault from exc
+
+    # -- writes -----------------------------------------------------------------------------------
 
     def _w(self) -> sqlite3.Connection:
         writer = self._writer
         if writer is None:
-            raise store_closed(self)
+            raise store_closed(self._store)
         return writer.conn
 
     def _begin(self, conn: sqlite3.Connection) -> None:
@@ -115,11 +204,11 @@ class GroupCommit:
             self._corrupt = f"{exc} ({exc.sqlite_errorname})"
         return exc if fault is None else fault
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Queue ``fn`` for the next write transaction and wait for its own outcome."""
         await self._ensure()
-        if self._state is StoreState.CLOSED:
-            raise store_closed(self)
+        if self.closed:
+            raise store_closed(self._store)
         if self._corrupt is not None:
             raise store_corrupt(f"the SQLite database {self.path!r}", self._corrupt)
         try:
@@ -146,7 +235,7 @@ class GroupCommit:
         batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
         writer = self._writer
         if writer is None or not writer.running:
-            self._batch_done(loop, batch, None, store_closed(self))
+            self._batch_done(loop, batch, None, store_closed(self._store))
             return
         writer.post(functools.partial(self._write_batch, loop, batch))
 
