@@ -9,7 +9,6 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
@@ -46,12 +45,10 @@ from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
 from .._signals import SignalsWaiting
 from .._watch import WAITS, RowWatch
-from ._appends import GroupAppends, Queued
+from ._appends import GroupAppends
 from ._bridge import Bridge
 from ._connection import (
     Lost,
-    advisory_key,
-    connect_pool,
     describe,
     read_dsn,
 )
@@ -61,8 +58,8 @@ from ._outbox import Outbox
 from ._owners import LockOwners
 from ._rows import args, conflict, decode_many, decode_one, guarded, log_of, pending_of
 from ._schedules import Schedules
-from ._schema import migrate
 from ._sql import notice_channel, statements
+from ._writer import WriterPool
 
 __all__ = ["PostgresStore"]
 
@@ -99,21 +96,30 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
         self.dsn = read_dsn(dsn)
         self._lost_guard = Lost(self.dsn)
         self.schema = schema
-        self._min_size = min_size
-        self._max_size = max_size
-        self._connect_timeout = connect_timeout
-        self._keepalive_idle = lock_keepalive_idle
         self._sql = statements(schema)
         #: asyncpg's loop when the caller's is not asyncio (see :mod:`stores.postgres._bridge`).
         self._bridge = Bridge()
-        self._pool: asyncpg.Pool | None = None
-        self._setup_lock = anyio.Lock()
+        self._db = WriterPool(
+            self.dsn,
+            schema=schema,
+            sql=self._sql,
+            bridge=self._bridge,
+            min_size=min_size,
+            max_size=max_size,
+            connect_timeout=connect_timeout,
+            max_flushers=max_flushers,
+            lost=self._lost,
+            refuse_closed=self._refuse_closed,
+            opened=self._opened,
+            write_planned=self._write_planned,
+            forget=self._logs.forget,
+        )
         self._owner_rows = LockOwners(
             self._own,
             schema=schema,
             dsn=self.dsn,
             bridge=self._bridge,
-            ready=self._ready,
+            ready=self._db.ready,
             lost=self._lost,
             refuse_closed=self._refuse_closed,
             connect_timeout=connect_timeout,
@@ -121,11 +127,6 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
         )
         #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
         self.work_channel = self._owner_rows.work_channel
-        self._queue: list[Queued] = []
-        self._flushers = 0
-        self._max_flushers = max_flushers
-        self._writers: list[asyncpg.pool.PoolConnectionProxy] = []
-        self._prepared: dict[object, dict[str, asyncpg.prepared_stmt.PreparedStatement]] = {}
         self._notices = RowNotices(
             dsn, notice_channel(schema), connect_timeout=connect_timeout, bridge=self._bridge
         )
@@ -137,54 +138,23 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
 
     async def setup(self) -> None:
         """Create the pool and migrate the schema (idempotent; safe when processes race)."""
-        await self._ready()
+        await self._db.ready()
 
-    async def _ready(self) -> asyncpg.Pool:
-        pool = self._pool
-        if pool is not None:
-            return pool
-        async with self._setup_lock:
-            if self._pool is not None:
-                return self._pool
-            self._refuse_closed()
-            pool = await self._bridge.open(
-                functools.partial(
-                    connect_pool,
-                    self.dsn,
-                    min_size=self._min_size,
-                    max_size=self._max_size,
-                    timeout=self._connect_timeout,
-                )
-            )
-            try:
-                async with pool.acquire() as conn:
-                    with self._lost():
-                        await migrate(conn, self.schema, advisory_key(self.schema, "\x00migrate"))
-            except BaseException:
-                pool.terminate()
-                raise
-            self._pool = pool
-            self._state = StoreState.READY
-            return pool
+    def _ready(self) -> Awaitable[asyncpg.Pool]:
+        """The pool, opened on first use (:meth:`WriterPool.ready`)."""
+        return self._db.ready()
+
+    def _opened(self) -> None:
+        self._state = StoreState.READY
 
     async def close(self) -> None:
         """Close the pool and the lock connection (releasing every ownership lock); idempotent."""
         self._state = StoreState.CLOSED
-        pool, self._pool = self._pool, None
-        writers, self._writers = self._writers, []
-        self._prepared.clear()
+        pool, writers = self._db.detach()
         await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._owner_rows.liveness.close()
-            closed = False
-            with anyio.move_on_after(_CLOSE_TIMEOUT):
-                if pool is not None:
-                    for writer in writers:
-                        await pool.release(writer)
-                    await pool.close()
-                closed = True
-            if not closed and pool is not None:
-                pool.terminate()
+            await self._db.close(pool, writers)
             await self._bridge.close()
 
     # -- writes -------------------------------------------------------------------------------
@@ -253,7 +223,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
                 if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
                     kind = "append_step"
                 values = (*args(plan), *extra)
-                statement = await self._statement(runner, kind)  # a kept writer's, prepared once
+                statement = await self._db.statement(runner, kind)  # a kept writer's, prepared once
                 if kind == "append_own":  # the take is checked first: a refused take is the refusal
                     rec = await (
                         runner.fetchrow(self._sql[kind], *values)

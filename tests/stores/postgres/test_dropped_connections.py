@@ -70,7 +70,7 @@ async def _kill_pool_connections(store: PostgresStore, dsn: str, stop: anyio.Eve
     conn = await asyncpg.connect(dsn)
     try:
         while not stop.is_set():
-            pool = store._pool
+            pool = store._db.pool
             pids = (
                 [] if pool is None else [h._con.get_server_pid() for h in pool._holders if h._con is not None]
             )
@@ -181,7 +181,9 @@ async def _all_completed(system: ActorSystem, ids: list[str]) -> bool:
 def _store_pids(store: PostgresStore) -> list[int]:
     """The server pids of every connection of the store: pool, lock connection, listener."""
     pids = (
-        [h._con.get_server_pid() for h in store._pool._holders if h._con is not None] if store._pool else []
+        [h._con.get_server_pid() for h in store._db.pool._holders if h._con is not None]
+        if store._db.pool
+        else []
     )
     for conn in (store._lock_conn, store._notices._conn):
         if conn is not None and not conn.is_closed():

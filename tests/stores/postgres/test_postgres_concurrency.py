@@ -127,7 +127,7 @@ async def test_cancelled_waiting_appender_leaves_no_row(store: PostgresStore) ->
     async with anyio.create_task_group() as tg:
         for i in range(8):
             tg.start_soon(store.append, row(f"s{i}", 0))
-    assert store._flushers == 0 and store._queue == []
+    assert store._db.flushers == 0 and store._db.queue == []
     for i in range(8):
         assert len(await store.history(f"s{i}")) == 1
 
@@ -138,14 +138,14 @@ async def test_held_writer_connections_are_released_on_close(schema: str) -> Non
     async with anyio.create_task_group() as tg:
         for i in range(16):
             tg.start_soon(store.append, row(f"w{i}", 0))
-    assert store._writers  # appends keep their connections between flushes
+    assert store._db.writers  # appends keep their connections between flushes
     with anyio.fail_after(2):  # a writer not given back would hold close() for its full timeout (5 s)
         await store.close()
 
 
 async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> None:
     await store.append(row("r", 0))
-    pids = [writer.get_server_pid() for writer in store._writers]
+    pids = [writer.get_server_pid() for writer in store._db.writers]
     assert pids
     conn = await asyncpg.connect(DSN)
     try:
@@ -160,7 +160,7 @@ async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> N
             await store.append(row("r", 1))  # the next flush takes a fresh connection
         await store.append(row("r", 2))
     assert [c.seq for c in await store.history("r")] == [0, 1, 2]
-    assert pids[0] not in [writer.get_server_pid() for writer in store._writers]
+    assert pids[0] not in [writer.get_server_pid() for writer in store._db.writers]
 
 
 async def test_a_kept_writer_prepares_each_statement_once(
@@ -178,11 +178,11 @@ async def test_a_kept_writer_prepares_each_statement_once(
         await store.append(row("r", seq))
     # The first row's statement and the later rows' one, prepared once on the one kept writer.
     assert len(prepared) == 2
-    [writer] = store._writers
-    assert sorted(store._prepared[writer]) == ["append", "append_step"]
+    [writer] = store._db.writers
+    assert sorted(store._db.prepared[writer]) == ["append", "append_step"]
     assert [c.seq for c in await store.history("r")] == [0, 1, 2, 3, 4]
     await store.close()
-    assert store._prepared == {}  # dropped with the writers
+    assert store._db.prepared == {}  # dropped with the writers
 
 
 async def _advisory_locks_of(store: PostgresStore) -> int:

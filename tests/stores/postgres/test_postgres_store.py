@@ -52,8 +52,8 @@ async def test_closed_store_refuses_and_close_is_idempotent(schema: str) -> None
 
 async def test_server_settings_applied(store: PostgresStore) -> None:
     await store.setup()
-    assert store._pool is not None
-    assert await store._pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+    assert store._db.pool is not None
+    assert await store._db.pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
     assert await store.try_lock("r")
     conn = store._lock_conn
     assert conn is not None
@@ -61,7 +61,7 @@ async def test_server_settings_applied(store: PostgresStore) -> None:
     assert await conn.fetchval("SELECT current_setting('tcp_keepalives_count')") == "5"
     # Settings live in server_settings, so the pool never undoes them: still on after reuse.
     for _ in range(3):
-        assert await store._pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+        assert await store._db.pool.fetchval("SELECT current_setting('synchronous_commit')") == "on"
 
 
 # -- migrations --------------------------------------------------------------------------------
