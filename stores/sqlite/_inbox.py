@@ -1,61 +1,23 @@
 """The SQLite half of a run's inbox (see :mod:`stores._signals`): sending a signal, reading the
-unconsumed ones, and the guard a row's transaction runs when it reads or consumes the inbox."""
+unconsumed ones, and the waits of resting runs. The guard a row's transaction runs when it reads or
+consumes the inbox is :func:`stores.sqlite._insert.inbox_guard`."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final
 
 from .._base import Plan
-from .._errors import check_execution_id, signals_taken
-from .._model import LLM_CALL, Checkpoint, new_id, utcnow
-from .._signals import (
-    MESSAGE,
-    SignalsWaiting,
-    StoredSignal,
-    check_signal,
-    consumed_ids,
-    guards_steering,
-    payload_of,
-    refuse_signal,
-)
+from .._errors import check_execution_id
+from .._model import Checkpoint, new_id, utcnow
+from .._signals import StoredSignal, check_signal, payload_of, refuse_signal
+from ._insert import WriteRow, insert_row
 from ._rows import dt, ts
+from ._writer import Connections
 
-__all__ = ["INBOX_STEPS", "SIGNAL_COLUMNS", "Inbox", "entry_of", "inbox_guard"]
-
-T = TypeVar("T")
-
-#: Rows whose write reads or consumes the inbox: a model turn's (steering), a tool's consuming one.
-INBOX_STEPS: Final = frozenset({"llm_call", "signal", "wake"})
-
-
-def inbox_guard(conn: sqlite3.Connection, eid: str, seq: int, step_type: str, node_input: bytes) -> None:
-    """Inside a row's transaction: a wait's ``signal``/``wake`` row ends the run's recorded wait
-    and marks the signals it consumes (all of them unconsumed, else ``WriteConflict``); refuse a model turn's row while steering messages wait
-    (:class:`~stores._signals.SignalsWaiting`, one probe of the inbox's partial index)."""
-    consumes = consumed_ids(node_input)
-    if step_type != LLM_CALL:  # a wait's end: the run no longer rests at it
-        conn.execute("DELETE FROM run_waits WHERE execution_id = ? AND seq < ?", (eid, seq))
-    if consumes:
-        marks = ", ".join("?" * len(consumes))
-        done = conn.execute(  # the consumption is the entry's new state: to send (synced = 0)
-            f"UPDATE signals SET consumed_seq = ?, synced = 0 WHERE execution_id = ? AND consumed_seq IS NULL "
-            f"AND id IN ({marks})",
-            (seq, eid, *consumes),
-        ).rowcount
-        if done != len(consumes):
-            raise signals_taken(eid, seq)
-    elif (
-        guards_steering(step_type, consumes)
-        and conn.execute(
-            "SELECT 1 FROM signals WHERE execution_id = ? AND name = ? AND consumed_seq IS NULL LIMIT 1",
-            (eid, MESSAGE),
-        ).fetchone()
-    ):
-        raise SignalsWaiting(eid)
-
+__all__ = ["SIGNAL_COLUMNS", "Inbox", "entry_of"]
 
 #: The columns of an inbox entry, in the order :func:`entry_of` reads them.
 SIGNAL_COLUMNS: Final = "id, execution_id, name, payload, created_at, consumed_seq, signal_id"
@@ -88,30 +50,20 @@ def _inbox_where(execution_id: str, name: str | None, consumed_by: int | None) -
 
 
 class Inbox:
-    """The inbox methods of :class:`~stores.SQLiteStore` (the store provides these hooks)."""
+    """The inbox of :class:`~stores.SQLiteStore`: its reads and writes go through the store's
+    :class:`~stores.sqlite._writer.Connections`; a ``wait`` row goes through ``write_row``, the
+    store's write of a planned row with its run's ownership riding in the transaction."""
 
-    if TYPE_CHECKING:  # the store's own, first in its bases
-
-        async def _ensure(self) -> None: ...
-
-        def _insert(
-            self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False
-        ) -> None: ...
-
-        def _write_row(
-            self, row: Checkpoint, resting: bool, op: Callable[[Plan], Callable[[sqlite3.Connection], T]]
-        ) -> Awaitable[T]: ...
-
-        def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
+    def __init__(self, db: Connections, write_row: WriteRow) -> None:
+        self._db = db
+        self._write_row = write_row
 
     async def signal(self, execution_id: str, name: str, payload: Any = None) -> int:
         """Append a signal to the run's inbox in one transaction; its inbox id (see
         :meth:`Store.signal`)."""
         body = check_signal(execution_id, name, payload)
         now = ts(utcnow())
-        await self._ensure()
+        await self._db.ensure()
 
         def run(conn: sqlite3.Connection) -> int:
             newest = conn.execute(
@@ -131,7 +83,7 @@ class Inbox:
             )
             return int(found[0])
 
-        return await self._write(run)
+        return await self._db.write(run)
 
     async def signals(
         self, execution_id: str, *, name: str | None = None, consumed_by: int | None = None
@@ -149,7 +101,7 @@ class Inbox:
                 )
             ]
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def append_wait(self, row: Checkpoint, name: str | None, wake_at: datetime | None) -> None:
         """Append a ``wait`` row, resting the run (see :meth:`Store.append_wait`)."""
@@ -158,7 +110,7 @@ class Inbox:
 
         def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
             def run(conn: sqlite3.Connection) -> None:
-                self._insert(conn, plan)
+                insert_row(conn, plan)
                 due = deadline
                 if (
                     name is not None
@@ -177,13 +129,13 @@ class Inbox:
 
             return run
 
-        await self._ensure()
+        await self._db.ensure()
         await self._write_row(row, True, op)
 
     async def due_waits(self, limit: int) -> list[tuple[str, int]]:
         """Resting runs due for a wake (see :meth:`Store.due_waits`): one range of an index."""
         now = ts(utcnow())
-        return await self._read(
+        return await self._db.read(
             lambda conn: [
                 (found[0], found[1])
                 for found in conn.execute(
@@ -199,12 +151,12 @@ class Inbox:
         sql, args = "SELECT min(wake_at) FROM run_waits WHERE wake_at IS NOT NULL", tuple[str, ...]()
         if after is not None:
             sql, args = "SELECT min(wake_at) FROM run_waits WHERE wake_at > ?", (ts(after),)
-        found = await self._read(lambda conn: conn.execute(sql, args).fetchone())
+        found = await self._db.read(lambda conn: conn.execute(sql, args).fetchone())
         return None if found is None or found[0] is None else dt(found[0])
 
     async def settle_wait(self, execution_id: str, seq: int) -> None:
         """Forget the wait of the run at ``seq`` (woken, or no longer the run's newest row)."""
-        await self._write(
+        await self._db.write(
             lambda conn: (
                 conn.execute(
                     "DELETE FROM run_waits WHERE execution_id = ? AND seq = ?", (execution_id, seq)

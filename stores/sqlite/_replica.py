@@ -7,18 +7,19 @@ unconsumed signals and the wait it rests at) in one write transaction."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from .._base import Plan
 from .._codec import MessageLogs, StoredRow, encode_cache_value, encode_pending
 from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
 from .._signals import StoredSignal, check_copies, check_copy, merge_copies, restored_wait
 from ._inbox import SIGNAL_COLUMNS, entry_of
+from ._insert import insert_row
 from ._rows import PENDING_COLUMNS, ROW_COLUMNS, Ctx, dt, raise_outbox_mark, rows_where, ts
+from ._writer import Connections
 
 __all__ = ["Replica"]
 
@@ -26,22 +27,16 @@ T = TypeVar("T")
 
 
 class Replica:
-    """Mixed into :class:`~stores.SQLiteStore` (which provides the hooks below)."""
+    """The replication side of :class:`~stores.SQLiteStore`, read and written through its connections;
+    ``logs`` is the store's memory of the message logs (an import plans its rows with it)."""
 
-    _logs: MessageLogs
-
-    if TYPE_CHECKING:  # the store's own, first in its bases
-
-        def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
-
-    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False) -> None:
-        raise NotImplementedError
+    def __init__(self, db: Connections, logs: MessageLogs) -> None:
+        self._db = db
+        self._logs = logs
 
     async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
         """Rows not yet shipped, oldest write first."""
-        return await self._read(
+        return await self._db.read(
             lambda conn: rows_where(
                 conn, Ctx(), "id >= (SELECT low FROM outbox) AND synced = 0 ORDER BY id LIMIT ?", (limit,)
             )
@@ -70,7 +65,7 @@ class Replica:
             conn.executemany(update, params)
             raise_outbox_mark(conn)
 
-        await self._write(run)
+        await self._db.write(run)
 
     async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
         """``(synced, sync_error)`` of a row, or ``None``."""
@@ -81,7 +76,7 @@ class Replica:
             ).fetchone()
             return None if found is None else (bool(found[0]), found[1])
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def import_rows(self, rows: Sequence[Checkpoint]) -> int:
         """Insert rows restored from the plane as already synced; existing ids are skipped."""
@@ -100,7 +95,7 @@ class Replica:
                 found.update(cid for (cid,) in cursor)
             return found
 
-        skip = await self._read(existing)
+        skip = await self._db.read(existing)
         fresh = sorted(
             (row for row in rows if row.checkpoint_id not in skip), key=lambda r: (r.execution_id, r.seq)
         )
@@ -117,11 +112,11 @@ class Replica:
                         "SELECT 1 FROM checkpoints WHERE checkpoint_id = ?", (plan[0].checkpoint_id,)
                     ).fetchone():
                         continue
-                    self._insert(conn, plan, synced=1)
+                    insert_row(conn, plan, synced=1)
                     inserted += 1
                 return inserted
 
-            return await self._write(run)
+            return await self._db.write(run)
         finally:
             for eid in runs:
                 self._logs.forget(eid)
@@ -140,7 +135,7 @@ class Replica:
                 for key, value, created in cursor
             ]
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
         """Unsynced rows as stored (columns and the messages each adds), oldest write first."""
@@ -159,7 +154,7 @@ class Replica:
                 for found in cursor
             ]
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
         """Cache entries not yet shipped, oldest first."""
@@ -175,14 +170,14 @@ class Replica:
                 for eid, key, value, created in cursor
             ]
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def mark_cache_synced(self, keys: Sequence[tuple[str, str]]) -> None:
         """Mark cache entries ``(execution_id, key)`` shipped (idempotent; empty is a no-op)."""
         if not keys:
             return
         pairs = list(keys)
-        await self._write(
+        await self._db.write(
             lambda conn: conn.executemany(
                 "UPDATE idempotency_cache SET synced = 1 WHERE execution_id = ? AND key = ?", pairs
             )
@@ -197,7 +192,7 @@ class Replica:
                 (ts(utcnow()),),
             )
 
-        await self._write(run)
+        await self._db.write(run)
 
     async def import_run(
         self,
@@ -237,7 +232,7 @@ class Replica:
                 ).fetchone():
                     raise run_exists(execution_id)
                 for plan in plans:
-                    self._insert(conn, plan, synced=1)
+                    insert_row(conn, plan, synced=1)
                 conn.executemany(
                     "INSERT INTO idempotency_cache (execution_id, key, value, created_at, synced) "
                     "VALUES (?, ?, ?, ?, 1) "
@@ -263,7 +258,7 @@ class Replica:
                     )
                 return len(plans)
 
-            return await self._write(run)
+            return await self._db.write(run)
         finally:
             self._logs.forget(execution_id)
 
@@ -271,7 +266,7 @@ class Replica:
 
     async def fetch_unsynced_signals(self, limit: int) -> list[StoredSignal]:
         """Inbox entries whose state the plane has not accepted, oldest first (a partial index)."""
-        return await self._read(
+        return await self._db.read(
             lambda conn: [
                 entry_of(found)
                 for found in conn.execute(
@@ -293,7 +288,7 @@ class Replica:
     async def _mark_signals(self, params: Sequence[tuple[str | None, str, int | None]]) -> None:
         """Mark entries sent (``sync_error`` the reason, or ``NULL``): a compare-and-set on the
         state sent, so a consumption committed meanwhile stays to send."""
-        await self._write(
+        await self._db.write(
             lambda conn: conn.executemany(
                 "UPDATE signals SET synced = 1, sync_error = ? WHERE signal_id = ? AND consumed_seq IS ?",
                 params,
@@ -309,11 +304,11 @@ class Replica:
             ).fetchone()
             return None if found is None else (bool(found[0]), found[1])
 
-        return await self._read(run)
+        return await self._db.read(run)
 
     async def signal_entries(self, execution_id: str) -> list[StoredSignal]:
         """Every inbox entry of the run, consumed or not, oldest first."""
-        return await self._read(
+        return await self._db.read(
             lambda conn: [
                 entry_of(found)
                 for found in conn.execute(
@@ -355,7 +350,7 @@ class Replica:
             )
             return contradicting
 
-        refused.update(await self._write(run))
+        refused.update(await self._db.write(run))
         return refused
 
 

@@ -3,18 +3,16 @@ compare-and-set."""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final
 
 from .._json import decode, encode
 from .._schedules import StoredSchedule, schedule_sql
 from ._rows import dt, ts
+from ._writer import Connections
 
 __all__ = ["Schedules"]
 
-T = TypeVar("T")
 _SQL: Final = schedule_sql("schedules", lambda n: f"?{n}")
 
 
@@ -31,34 +29,33 @@ def _schedule(found: Any) -> StoredSchedule:
 
 
 class Schedules:
-    """The schedule methods of :class:`~stores.SQLiteStore` (the store provides the hooks)."""
+    """The schedules of :class:`~stores.SQLiteStore`, read and written through its connections."""
 
-    if TYPE_CHECKING:  # the store's own, first in its bases
-
-        def _read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
-
-        def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
+    def __init__(self, db: Connections) -> None:
+        self._db = db
 
     async def put_schedule(self, schedule: StoredSchedule) -> None:
         """Insert or update a schedule by name (see :meth:`Store.put_schedule`)."""
         s = schedule
         args = (s.name, s.runner, encode(s.input, path="$.input"), s.cron, s.every, ts(s.next_at))
-        await self._write(lambda conn: conn.execute(_SQL["put"], args).rowcount)
+        await self._db.write(lambda conn: conn.execute(_SQL["put"], args).rowcount)
 
     async def delete_schedule(self, name: str) -> bool:
         """Delete a schedule; whether there was one."""
-        return bool(await self._write(lambda conn: conn.execute(_SQL["delete"], (name,)).rowcount))
+        return bool(await self._db.write(lambda conn: conn.execute(_SQL["delete"], (name,)).rowcount))
 
     async def list_schedules(self) -> list[StoredSchedule]:
         """Every schedule, by name."""
-        return await self._read(lambda conn: [_schedule(found) for found in conn.execute(_SQL["all"])])
+        return await self._db.read(lambda conn: [_schedule(found) for found in conn.execute(_SQL["all"])])
 
     async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
         """The schedules whose next tick is at or before ``now``, the earliest first."""
         args = (ts(now), limit)
-        return await self._read(lambda conn: [_schedule(found) for found in conn.execute(_SQL["due"], args)])
+        return await self._db.read(
+            lambda conn: [_schedule(found) for found in conn.execute(_SQL["due"], args)]
+        )
 
     async def advance_schedule(self, name: str, seen: datetime, next_at: datetime, last_run: str) -> bool:
         """Move the schedule's next tick from ``seen`` to ``next_at`` (compare-and-set)."""
         args = (name, ts(seen), ts(next_at), last_run)
-        return bool(await self._write(lambda conn: conn.execute(_SQL["advance"], args).rowcount))
+        return bool(await self._db.write(lambda conn: conn.execute(_SQL["advance"], args).rowcount))

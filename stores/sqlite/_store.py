@@ -20,32 +20,29 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
-from .._base import BaseStore, LogMoved, Plan, StoreState, check_history_range, check_page
+from .._base import BaseStore, Plan, StoreState, check_history_range, check_page
 from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
 from .._errors import (
     check_execution_id,
-    checkpoint_id_taken,
     no_checkpoints,
     no_pause,
     path_not_url,
     pending_exists,
-    run_exists,
-    seq_taken,
 )
 from .._flight import single_claim
+from .._forward import Forward
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
 from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._connection import SYNCHRONOUS, integrity_problems
-from ._inbox import INBOX_STEPS, Inbox, inbox_guard
+from ._inbox import Inbox
+from ._insert import insert_row
 from ._locks import LivenessFile
 from ._owners import FileOwners
 from ._replica import Replica
 from ._rows import (
-    INSERT_ROW,
-    LOG_LENGTH,
     PENDING_COLUMNS,
     Ctx,
     dt,
@@ -69,7 +66,7 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT: Final = 10.0
 
 
-class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
+class SQLiteStore(BaseStore):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on one SQLite file.
 
     ``synchronous="FULL"`` (the default) makes every commit durable. ``busy_timeout`` (seconds) is how
@@ -79,6 +76,37 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
     """
 
     _owner_rows: FileOwners
+
+    # -- what the store's parts answer (see their classes) -----------------------------------------
+
+    signal = Forward("_inbox", Inbox.signal)
+    signals = Forward("_inbox", Inbox.signals)
+    append_wait = Forward("_inbox", Inbox.append_wait)
+    due_waits = Forward("_inbox", Inbox.due_waits)
+    next_wake = Forward("_inbox", Inbox.next_wake)
+    settle_wait = Forward("_inbox", Inbox.settle_wait)
+    fetch_unsynced = Forward("_replica", Replica.fetch_unsynced)
+    mark_synced = Forward("_replica", Replica.mark_synced)
+    mark_quarantined = Forward("_replica", Replica.mark_quarantined)
+    sync_state = Forward("_replica", Replica.sync_state)
+    import_rows = Forward("_replica", Replica.import_rows)
+    cache_entries = Forward("_replica", Replica.cache_entries)
+    fetch_unsynced_stored = Forward("_replica", Replica.fetch_unsynced_stored)
+    fetch_unsynced_cache = Forward("_replica", Replica.fetch_unsynced_cache)
+    mark_cache_synced = Forward("_replica", Replica.mark_cache_synced)
+    attach_replica = Forward("_replica", Replica.attach_replica)
+    import_run = Forward("_replica", Replica.import_run)
+    fetch_unsynced_signals = Forward("_replica", Replica.fetch_unsynced_signals)
+    mark_signals_synced = Forward("_replica", Replica.mark_signals_synced)
+    mark_signals_quarantined = Forward("_replica", Replica.mark_signals_quarantined)
+    signal_sync_state = Forward("_replica", Replica.signal_sync_state)
+    signal_entries = Forward("_replica", Replica.signal_entries)
+    copy_signals = Forward("_replica", Replica.copy_signals)
+    put_schedule = Forward("_schedules", Schedules.put_schedule)
+    delete_schedule = Forward("_schedules", Schedules.delete_schedule)
+    list_schedules = Forward("_schedules", Schedules.list_schedules)
+    due_schedules = Forward("_schedules", Schedules.due_schedules)
+    advance_schedule = Forward("_schedules", Schedules.advance_schedule)
 
     def __init__(
         self,
@@ -112,6 +140,9 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
             write=self._db.write,
         )
         self._db_key = os.path.realpath(self.path)
+        self._inbox = Inbox(self._db, self._write_row)
+        self._replica = Replica(self._db, self._logs)
+        self._schedules = Schedules(self._db)
 
     @property
     def transactions(self) -> int:
@@ -168,13 +199,13 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         await self._ensure()
-        await self._write_row(row, row.step_type == RUN_END, lambda plan: lambda c: self._insert(c, plan))
+        await self._write_row(row, row.step_type == RUN_END, lambda plan: lambda c: insert_row(c, plan))
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
         inbox guard, no ownership."""
         await self._ensure()
-        await self._planned(row, lambda plan: self._write(lambda c: self._insert(c, plan, copied=True)))
+        await self._planned(row, lambda plan: self._write(lambda c: insert_row(c, plan, copied=True)))
 
     async def append_pause(self, row: Checkpoint, pending: PendingInterrupt) -> None:
         """Append the interrupted row and the pending row in one transaction."""
@@ -191,7 +222,7 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
 
         def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
             def run(conn: sqlite3.Connection) -> None:
-                self._insert(conn, plan)
+                insert_row(conn, plan)
                 try:
                     conn.execute(
                         f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -241,7 +272,7 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
                 if found is None:
                     rows = conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,))
                     raise no_pause(eid) if rows.fetchone() is not None else no_checkpoints(eid)
-                self._insert(conn, plan)
+                insert_row(conn, plan)
                 return pending_of(found)
 
             return run
@@ -289,43 +320,6 @@ class SQLiteStore(BaseStore, Replica, Inbox, Schedules):
         found = await self._read(load)
         if found is not None and not self._logs.known(eid, conversation):
             self._logs.remember(eid, conversation, found[0], found[1])
-
-    def _insert(self, conn: sqlite3.Connection, plan: Plan, synced: int = 0, *, copied: bool = False) -> None:
-        """Insert a planned row with the messages it adds (inside the caller's transaction). A row
-        imported (``synced``) or copied from another store does nothing to the inbox here."""
-        stored, log = plan
-        eid = stored.execution_id
-        if (
-            stored.seq == 0
-            and conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,)).fetchone()
-        ):
-            raise run_exists(eid)
-        need = log.start if log is not None else stored.message_count
-        if stored.log_id is not None and need:
-            last = conn.execute(LOG_LENGTH, (eid, stored.log_id)).fetchone()
-            have = 0 if last is None else last[0]
-            if (log is not None and have != need) or have < need:
-                raise LogMoved
-        # JSON columns go as bytearray: the driver binds it as the same BLOB as bytes, without the
-        # adapter lookup it makes for every bytes value.
-        blob = bytearray
-        (cid, eid, seq, runner, node, index, step, status, state, log_id, count, node_input, node_output,
-         reason, context, path, parent, created) = stored  # fmt: skip
-        args = (
-            cid, eid, seq, runner, node, index, step, status, blob(state), log_id, count, blob(node_input),
-            blob(node_output), reason, blob(context), path, parent, ts(created),
-            None if log is None else blob(log.chunk), synced,
-        )  # fmt: skip
-        if stored.step_type in INBOX_STEPS and not synced and not copied:  # else rows as they were
-            inbox_guard(conn, eid, seq, stored.step_type, node_input)
-        try:
-            conn.execute(INSERT_ROW, args)
-        except sqlite3.IntegrityError as exc:
-            if "checkpoint_id" in str(exc):
-                raise checkpoint_id_taken(eid, stored.checkpoint_id) from exc
-            raise seq_taken(eid, stored.seq, stored.node_id) from exc
-        if stored.step_type == RUN_END:
-            conn.execute("DELETE FROM pending_interrupts WHERE execution_id = ?", (eid,))
 
     async def delete_run(self, execution_id: str) -> int:
         """Delete the run's rows, pending row and cache in one transaction."""

@@ -82,7 +82,7 @@ class Connections:
     """The writer and the reader of one :class:`~stores.SQLiteStore`, and the only code that uses them.
 
     ``store`` names the store in errors; ``ensure`` sets the store up on first use (it calls
-    :meth:`open` once). :attr:`transactions` counts write transactions (group commit shares them).
+    :meth:`open` once), and is what the store's parts call for it. :attr:`transactions` counts write transactions (group commit shares them).
     """
 
     def __init__(
@@ -98,7 +98,7 @@ class Connections:
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._store = store
-        self._ensure = ensure
+        self.ensure = ensure
         self._writer: DatabaseThread | None = None
         self._reader: DatabaseThread | None = None
         self._write_lock = file_lock(path)
@@ -155,7 +155,7 @@ class Connections:
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one read transaction on the reader thread (one hop)."""
-        await self._ensure()
+        await self.ensure()
         reader = self._reader
         if reader is None:
             raise store_closed(self._store)
@@ -206,7 +206,7 @@ class Connections:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Queue ``fn`` for the next write transaction and wait for its own outcome."""
-        await self._ensure()
+        await self.ensure()
         if self.closed:
             raise store_closed(self._store)
         if self._corrupt is not None:
