@@ -1,4 +1,4 @@
-"""What both store backends share that is not I/O: one class, the backends override its hooks.
+"""What both store backends share that is not I/O: the front both stores build on.
 
 :class:`BaseStore` holds the store's state (:class:`StoreState`), its memory of the message logs
 (:class:`~stores._codec.MessageLogs`) and the write loop every backend runs: plan the row on the
@@ -11,11 +11,12 @@ again, at most :data:`REPLAN_BUDGET` times. The refusals both backends raise are
 
 from __future__ import annotations
 
+import abc
 import enum
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Final, Self, TypeVar
+from typing import Final, Protocol, Self, TypeVar
 
 from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
 from ._errors import check_execution_id, log_kept_changing, store_closed
@@ -28,8 +29,10 @@ __all__ = [
     "INTENT_PREFIX",
     "REPLAN_BUDGET",
     "BaseStore",
+    "Intents",
     "LogMoved",
     "Plan",
+    "Recall",
     "StoreState",
     "check_history_range",
     "check_page",
@@ -94,26 +97,48 @@ class LogMoved(Exception):
     """The message log in the database is not what the plan assumed; the write is planned again."""
 
 
-class BaseStore(BaseOwnedStore):
-    """The shared half of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
+class Intents(Protocol):
+    """The backend's half of :meth:`BaseStore.cache_intend` (its cache part, held as ``_cache``)."""
 
-    Hooks a backend overrides: :meth:`setup`, :meth:`close`, :meth:`_recall` (load a
-    continuing run's log before planning, when the backend does that), and the ownership hooks of
-    :class:`~stores._owners.BaseOwnedStore`.
+    async def intend(
+        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
+    ) -> tuple[bytes | str | None, bool]:
+        """In one transaction: the value stored under ``key``, or ``None`` and whether the entry
+        ``marker`` (with ``body``) was inserted just now."""
+        ...
+
+
+#: Load what a row's log holds into memory before the row is planned (a continuing run's log not
+#: known here); a backend that reads the log back gives one to :class:`BaseStore`.
+Recall = Callable[[Checkpoint], Awaitable[None]]
+
+
+class BaseStore(BaseOwnedStore, abc.ABC):
+    """The shared front of :class:`~stores.SQLiteStore` and :class:`~stores.PostgresStore`.
+
+    What it needs of the backend are objects the store holds: its ownership dialect
+    (``_owner_rows``, :class:`~stores._owners.OwnerRows`), its cache part (``_cache``,
+    :class:`Intents`), and ``recall`` if it loads logs before planning. Each store has its own
+    lifecycle (:meth:`setup`, :meth:`close`).
     """
 
-    def __init__(self, *, max_row_bytes: int) -> None:
+    _cache: Intents
+
+    def __init__(self, *, max_row_bytes: int, recall: Recall | None = None) -> None:
+        self._recall = recall
         self._logs = MessageLogs(max_row_bytes=max_row_bytes)
         self._state = StoreState.NEW
         self._own = Ownership(self)
         #: The open watches of :meth:`watch`, by run: this store's own writes wake them at once.
         self._watching: dict[str, weakref.WeakSet[RowWatch]] = {}
 
+    @abc.abstractmethod
     async def setup(self) -> None:
-        raise NotImplementedError
+        """Open the store's connections and migrate its schema (idempotent)."""
 
+    @abc.abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        """Release everything the store holds (idempotent)."""
 
     async def __aenter__(self) -> Self:
         await self.setup()
@@ -156,18 +181,8 @@ class BaseStore(BaseOwnedStore):
         self._own.check(execution_id)
         marker = intent_key(key)
         body = encode_cache_value(execution_id, marker, _INTENT_VALUE)
-        found, recorded = await self._cache_intend(execution_id, key, marker, body, utcnow())
+        found, recorded = await self._cache.intend(execution_id, key, marker, body, utcnow())
         return Cached(decode(found)) if found is not None else recorded
-
-    async def _cache_intend(
-        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
-    ) -> tuple[bytes | str | None, bool]:
-        """The backend's half of :meth:`cache_intend`, in one transaction: the value stored under
-        ``key``, or ``None`` and whether the entry ``marker`` (with ``body``) was inserted just now."""
-        raise NotImplementedError
-
-    async def _recall(self, row: Checkpoint) -> None:
-        """Load what the row's log holds into memory before planning (a backend hook; default none)."""
 
     async def _planned(
         self, row: Checkpoint, attempt: Callable[[Plan], Awaitable[T]], plan: Plan | None = None
@@ -183,7 +198,8 @@ class BaseStore(BaseOwnedStore):
         try:
             for _ in range(REPLAN_BUDGET):
                 if plan is None:
-                    await self._recall(row)
+                    if self._recall is not None:
+                        await self._recall(row)
                     plan = self._logs.plan(row)
                 try:
                     written = await attempt(plan)

@@ -120,6 +120,25 @@ class Ownership:
         if release is not None and done and execution_id in self.held:
             self.unrecorded.add(execution_id)
 
+    async def carrying(
+        self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
+    ) -> T:
+        """Run ``write(take, release)``, the run's write with what it carries of the run's ownership
+        in its own transaction (the backend's ``ride``): the owner whose ``run_owners`` row it must
+        take (check and record) and the owner whose row it must delete; ``None`` for neither. A
+        resting row (``run_end``, a pause, a wait) of a run held here deletes its row in the same
+        transaction, so :meth:`BaseOwnedStore.unlock` writes nothing."""
+        take, release = self.riding(execution_id, resting)
+        if take is None and release is None:
+            return await write(None, None)
+        done = False
+        try:
+            value = await write(take, release)
+            done = True
+        finally:
+            self.rode(execution_id, take, release, done=done)
+        return value
+
     def abandoned(self, execution_id: str) -> bool:
         """Whether this store lost the run with its lock."""
         return execution_id in self._abandoned
@@ -174,7 +193,7 @@ class OwnerRows(Protocol):
     ``stores.postgres._owners.LockOwners``); the store holds it as ``_owner_rows`` and
     :class:`BaseOwnedStore` calls it. Carrying a run's take and release on its rows (the bracket of
     a write: the take, the write, the release, in one transaction) is the backend's ``ride``, whose
-    shape follows the backend's writes; :meth:`BaseOwnedStore._owning` decides what it carries.
+    shape follows the backend's writes; :meth:`Ownership.carrying` decides what it carries.
     """
 
     async def hold(self) -> str:
@@ -245,7 +264,7 @@ class BaseOwnedStore:
     """The ownership methods of a store, written once over the backend's :class:`OwnerRows`.
 
     ``_own`` is the store's :class:`Ownership`, ``_owner_rows`` the backend's dialect. Both backends
-    carry a run's take with its first row and its release with its resting row (:meth:`_owning`).
+    carry a run's take with its first row and its release with its resting row (:meth:`Ownership.carrying`).
     """
 
     _own: Ownership
@@ -296,24 +315,6 @@ class BaseOwnedStore:
             own.end(execution_id, owner)
         own.unrecorded.add(execution_id)
         return True
-
-    async def _owning(
-        self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
-    ) -> T:
-        """Run ``write(take, release)``: the owner whose ``run_owners`` row the run's write must take
-        (check and record) and the owner whose row it must delete, in its own transaction (the
-        backend's ``ride``); ``None`` for neither. A resting row (``run_end``, a pause, a wait) of a
-        run held here deletes its row in the same transaction, so :meth:`unlock` writes nothing."""
-        take, release = self._own.riding(execution_id, resting)
-        if take is None and release is None:
-            return await write(None, None)
-        done = False
-        try:
-            value = await write(take, release)
-            done = True
-        finally:
-            self._own.rode(execution_id, take, release, done=done)
-        return value
 
     async def _bounded_take(
         self, take: Callable[[str, str], Awaitable[T]], execution_id: str, owner: str

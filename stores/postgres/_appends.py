@@ -1,4 +1,4 @@
-"""The append front of :class:`~stores.PostgresStore`: which statement writes a row, and what of its
+"""The appends of :class:`~stores.PostgresStore`: which statement writes a row, and what of its
 run's ownership the row carries. The rows themselves are written by the pool's group commit
 (:class:`stores.postgres._writer.WriterPool`), or by the row's own statement where it must be.
 
@@ -15,21 +15,36 @@ from .._errors import RunExists
 from .._model import LLM_CALL, RUN_END, SIGNAL, WAKE, Checkpoint
 from .._owners import Ownership
 from .._signals import SignalsWaiting
-from ._half import StoreHalf
 from ._inbox import consumes_of
 from ._locks import owner_key
-from ._writer import NO_OWNERSHIP, Own, Queued, WriterPool
+from ._owners import LockOwners
+from ._writer import NO_OWNERSHIP, Own, Queued, WritePlanned, WriterPool
 
-__all__ = ["GroupAppends"]
+__all__ = ["Appends"]
 
 
-class GroupAppends(StoreHalf):
-    """The append half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
+class Appends:
+    """The appends of :class:`~stores.PostgresStore`: which statement writes a row and what of its
+    run's ownership it carries (``own``, and ``owner_rows``' ride); the rows go to the group commit
+    of ``db`` or, one by one, to ``write_planned``, the store's single-row write. ``logs`` is the
+    store's memory of the message logs, which plans each row."""
 
-    _logs: MessageLogs
-    _own: Ownership
-    _db: WriterPool
-    schema: str
+    def __init__(
+        self,
+        db: WriterPool,
+        *,
+        schema: str,
+        logs: MessageLogs,
+        own: Ownership,
+        owner_rows: LockOwners,
+        write_planned: WritePlanned,
+    ) -> None:
+        self._db = db
+        self._schema = schema
+        self._logs = logs
+        self._own = own
+        self._owner_rows = owner_rows
+        self._write_planned = write_planned
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
@@ -39,7 +54,7 @@ class GroupAppends(StoreHalf):
         if consumes is None and row.step_type in (SIGNAL, WAKE):
             consumes = []
         if consumes is not None:  # a row that consumes signals: its own statement (rare), never resting
-            return await self._owning(
+            return await self._own.carrying(
                 eid,
                 False,
                 lambda take, _: self._owner_rows.ride(
@@ -48,7 +63,7 @@ class GroupAppends(StoreHalf):
                     lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
                 ),
             )
-        await self._owning(
+        await self._own.carrying(
             eid, row.step_type == RUN_END, lambda take, release: self._append_owned(row, take, release)
         )
 
@@ -60,11 +75,11 @@ class GroupAppends(StoreHalf):
         if take is not None and release is not None:
             # One statement cannot insert a run_owners row and delete it: a run whose first
             # row is its run_end takes it first, in the row's transaction.
-            own, plan = (None, None, release), self._first_plan(row)
+            own, plan = (None, None, release), self.first_plan(row)
             return await self._owner_rows.ride(
                 row.execution_id, take, lambda via: self._write_planned("append_own", row, plan, own, via=via)
             )
-        key = None if take is None else owner_key(self.schema, take)
+        key = None if take is None else owner_key(self._schema, take)
         await self._append(row, (take, key, release))
 
     async def append_copy(self, row: Checkpoint) -> None:
@@ -82,7 +97,7 @@ class GroupAppends(StoreHalf):
                     raise
         await self._write_planned("append_copy", row, None, ())
 
-    def _first_plan(self, row: Checkpoint) -> Plan:
+    def first_plan(self, row: Checkpoint) -> Plan:
         """The row's plan (validating it); a refused row leaves no memory of its log."""
         try:
             return self._logs.plan(row)
@@ -92,4 +107,4 @@ class GroupAppends(StoreHalf):
 
     async def _append(self, row: Checkpoint, own: Own) -> None:
         """Plan ``row`` and hand it to the pool's group commit (see :mod:`stores.postgres._writer`)."""
-        await self._db.append(Queued(row, self._first_plan(row), own))
+        await self._db.append(Queued(row, self.first_plan(row), own))

@@ -17,23 +17,26 @@ from .._errors import run_exists
 from .._json import decode
 from .._model import CacheEntry, Checkpoint, PendingInterrupt, utcnow
 from .._signals import StoredSignal, check_copies, check_copy, merge_copies, restored_wait
-from ._half import StoreHalf
 from ._inbox import entry_of
 from ._rows import args, conflict, decode_many
+from ._writer import WriterPool
 
 __all__ = ["Outbox"]
 
 
-class Outbox(StoreHalf):
-    """The outbox half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
+class Outbox:
+    """The replication side of :class:`~stores.PostgresStore`, on the pool of its :class:`WriterPool`;
+    ``logs`` is the store's memory of the message logs (an import plans its rows with it)."""
 
-    _logs: MessageLogs
-    _sql: dict[str, str]
+    def __init__(self, db: WriterPool, sql: dict[str, str], logs: MessageLogs) -> None:
+        self._db = db
+        self._sql = sql
+        self._logs = logs
 
     async def fetch_unsynced(self, limit: int) -> list[Checkpoint]:
         """Rows not yet shipped, oldest write first (one round trip)."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["unsynced"], limit)
         return decode_many(recs)
 
@@ -41,22 +44,22 @@ class Outbox(StoreHalf):
         """Mark rows shipped (idempotent; empty is a no-op)."""
         if not checkpoint_ids:
             return
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             await pool.execute(self._sql["mark_synced"], list(checkpoint_ids))
 
     async def mark_quarantined(self, reasons: dict[str, str]) -> None:
         """Mark poison rows synced with their reason, in one statement (last reason wins)."""
         if not reasons:
             return
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             await pool.execute(self._sql["mark_quarantined"], list(reasons), list(reasons.values()))
 
     async def sync_state(self, checkpoint_id: str) -> tuple[bool, str | None] | None:
         """``(synced, sync_error)`` of a row, or ``None``."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             rec = await pool.fetchrow(self._sql["sync_state"], checkpoint_id)
         return None if rec is None else (rec["synced"], rec["sync_error"])
 
@@ -64,11 +67,11 @@ class Outbox(StoreHalf):
         """Insert restored rows as synced, skipping existing ids, in one transaction."""
         if not rows:
             return 0
-        pool = await self._ready()
+        pool = await self._db.ready()
         runs = {row.execution_id for row in rows}
         inserted = 0
         try:
-            with self._lost():
+            with self._db.lost():
                 async with pool.acquire() as conn, conn.transaction():
                     ids = [row.checkpoint_id for row in rows]
                     existing = {r[0] for r in await conn.fetch(self._sql["existing_ids"], ids)}
@@ -94,8 +97,8 @@ class Outbox(StoreHalf):
 
     async def cache_entries(self, execution_id: str) -> list[CacheEntry]:
         """Every cache entry of the run, oldest first (one round trip)."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["cache_entries"], execution_id)
         return [
             CacheEntry(
@@ -106,15 +109,15 @@ class Outbox(StoreHalf):
 
     async def fetch_unsynced_stored(self, limit: int) -> list[tuple[StoredRow, bytes | None]]:
         """Unsynced rows as stored (columns and the messages each adds), oldest write first."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["unsynced_stored"], limit)
         return [(StoredRow(*rec[:18]), rec[18]) for rec in recs]
 
     async def fetch_unsynced_cache(self, limit: int) -> list[CacheEntry]:
         """Cache entries not yet shipped, oldest first (one round trip)."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["unsynced_cache"], limit)
         return [
             CacheEntry(
@@ -130,14 +133,14 @@ class Outbox(StoreHalf):
         """Mark cache entries ``(execution_id, key)`` shipped (idempotent; empty is a no-op)."""
         if not keys:
             return
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             await pool.execute(self._sql["mark_cache_synced"], [k[0] for k in keys], [k[1] for k in keys])
 
     async def attach_replica(self) -> None:
         """Remember, for good, that a replicator serves this store: prune keeps what is unsent."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             await pool.execute(self._sql["attach_replica"])
 
     async def import_run(
@@ -154,11 +157,11 @@ class Outbox(StoreHalf):
         context = encode_pending(pending) if pending is not None else None
         bodies = [check_copy(e, execution_id) for e in signals]
         rest = restored_wait(ordered[-1] if ordered else None, (e.name for e in signals), utcnow())
-        pool = await self._ready()
+        pool = await self._db.ready()
         self._logs.forget(execution_id)
         try:
             plans = [(row, self._logs.plan(row)) for row in ordered]
-            with self._lost():
+            with self._db.lost():
                 async with pool.acquire() as conn, conn.transaction():
                     if await conn.fetchval(self._sql["run_known"], execution_id):
                         raise run_exists(execution_id)
@@ -205,8 +208,8 @@ class Outbox(StoreHalf):
 
     async def fetch_unsynced_signals(self, limit: int) -> list[StoredSignal]:
         """Inbox entries whose state the plane has not accepted, oldest first (one round trip)."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["unsynced_signals"], limit)
         return [entry_of(rec) for rec in recs]
 
@@ -221,8 +224,8 @@ class Outbox(StoreHalf):
     async def _mark_signals(self, marks: Sequence[tuple[StoredSignal, str | None]]) -> None:
         if not marks:
             return
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             await pool.execute(
                 self._sql["mark_signals"],
                 [e.signal_id for e, _ in marks],
@@ -232,15 +235,15 @@ class Outbox(StoreHalf):
 
     async def signal_sync_state(self, signal_id: str) -> tuple[bool, str | None] | None:
         """``(synced, sync_error)`` of an inbox entry, or ``None``."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             rec = await pool.fetchrow(self._sql["signal_sync_state"], signal_id)
         return None if rec is None else (rec["synced"], rec["sync_error"])
 
     async def signal_entries(self, execution_id: str) -> list[StoredSignal]:
         """Every inbox entry of the run, consumed or not, oldest first (one round trip)."""
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             recs = await pool.fetch(self._sql["signal_entries"], execution_id)
         return [entry_of(rec) for rec in recs]
 
@@ -251,8 +254,8 @@ class Outbox(StoreHalf):
         checked, refused = check_copies(entries)
         if not checked:
             return refused
-        pool = await self._ready()
-        with self._lost():
+        pool = await self._db.ready()
+        with self._db.lost():
             async with pool.acquire() as conn, conn.transaction():
                 recs = await conn.fetch(self._sql["held_signals"], list({e.signal_id for e, _ in checked}))
                 fresh, consumed, contradicting = merge_copies({r[6]: entry_of(r) for r in recs}, checked)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._json import decode, encode
 from .._schedules import StoredSchedule, schedule_sql
-from ._half import StoreHalf
+from ._writer import WriterPool
 
 __all__ = ["Schedules"]
 
@@ -25,45 +25,43 @@ def _schedule(rec: Any) -> StoredSchedule:
     )
 
 
-class Schedules(StoreHalf):
-    """The schedule half of :class:`~stores.PostgresStore` (the store sets these attributes)."""
+class Schedules:
+    """The schedules of :class:`~stores.PostgresStore`, on the pool of its :class:`WriterPool`."""
 
-    schema: str
-
-    @property
-    def _schedule_sql(self) -> dict[str, str]:
-        return schedule_sql(f'"{self.schema}".schedules', lambda n: f"${n}")
+    def __init__(self, db: WriterPool, schema: str) -> None:
+        self._db = db
+        self._sql = schedule_sql(f'"{schema}".schedules', lambda n: f"${n}")
 
     async def put_schedule(self, schedule: StoredSchedule) -> None:
         """Insert or update a schedule by name (see :meth:`Store.put_schedule`)."""
         s = schedule
         body = encode(s.input, path="$.input")
-        pool = await self._ready()
-        with self._lost():
-            await pool.execute(self._schedule_sql["put"], s.name, s.runner, body, s.cron, s.every, s.next_at)
+        pool = await self._db.ready()
+        with self._db.lost():
+            await pool.execute(self._sql["put"], s.name, s.runner, body, s.cron, s.every, s.next_at)
 
     async def delete_schedule(self, name: str) -> bool:
         """Delete a schedule; whether there was one."""
-        pool = await self._ready()
-        with self._lost():
-            done = await pool.execute(self._schedule_sql["delete"], name)
+        pool = await self._db.ready()
+        with self._db.lost():
+            done = await pool.execute(self._sql["delete"], name)
         return bool(done.endswith(" 1"))
 
     async def list_schedules(self) -> list[StoredSchedule]:
         """Every schedule, by name."""
-        pool = await self._ready()
-        with self._lost():
-            return [_schedule(rec) for rec in await pool.fetch(self._schedule_sql["all"])]
+        pool = await self._db.ready()
+        with self._db.lost():
+            return [_schedule(rec) for rec in await pool.fetch(self._sql["all"])]
 
     async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
         """The schedules whose next tick is at or before ``now``, the earliest first."""
-        pool = await self._ready()
-        with self._lost():
-            return [_schedule(rec) for rec in await pool.fetch(self._schedule_sql["due"], now, limit)]
+        pool = await self._db.ready()
+        with self._db.lost():
+            return [_schedule(rec) for rec in await pool.fetch(self._sql["due"], now, limit)]
 
     async def advance_schedule(self, name: str, seen: datetime, next_at: datetime, last_run: str) -> bool:
         """Move the schedule's next tick from ``seen`` to ``next_at`` (compare-and-set)."""
-        pool = await self._ready()
-        with self._lost():
-            done = await pool.execute(self._schedule_sql["advance"], name, seen, next_at, last_run)
+        pool = await self._db.ready()
+        with self._db.lost():
+            done = await pool.execute(self._sql["advance"], name, seen, next_at, last_run)
         return bool(done.endswith(" 1"))

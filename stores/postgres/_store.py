@@ -10,7 +10,7 @@ re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``'
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -21,7 +21,6 @@ import asyncpg
 from .._base import BaseStore, LogMoved, Plan, StoreState, check_history_range, check_page
 from .._codec import (
     DEFAULT_MAX_ROW_BYTES,
-    encode_cache_value,
     encode_pending,
     rechunk,
     replay_log,
@@ -37,16 +36,18 @@ from .._errors import (
     run_exists,
 )
 from .._flight import single_claim
+from .._forward import Forward
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
 from .._json import decode
-from .._model import LLM_CALL, RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._model import LLM_CALL, RUN_END, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._prune import PruneRow, doomed
 from .._reentry import resolve_forkable, resolve_reentry
 from .._signals import SignalsWaiting
 from .._watch import WAITS, RowWatch
-from ._appends import GroupAppends
+from ._appends import Appends
 from ._bridge import Bridge
+from ._cache import Cache
 from ._connection import (
     Lost,
     describe,
@@ -67,7 +68,7 @@ _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CLOSE_TIMEOUT: Final = 5.0
 
 
-class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
+class PostgresStore(BaseStore):
     """A :class:`~stores.Store` and :class:`~stores.ReplicatedStore` on PostgreSQL (asyncpg).
 
     ``dsn`` is a ``postgresql://`` URI; all tables live in ``schema`` (created on first use).
@@ -75,6 +76,46 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
     """
 
     _owner_rows: LockOwners
+    _cache: Cache
+
+    # -- what the store's parts answer (see their classes) -----------------------------------------
+
+    cache_get = Forward("_cache", Cache.get)
+    cache_put = Forward("_cache", Cache.put)
+    listen_for_work = Forward("_owner_rows", LockOwners.listen_for_work)
+    owner_pid = Forward("_owner_rows", LockOwners.owner_pid)
+    terminate_owner = Forward("_owner_rows", LockOwners.terminate_owner)
+
+    append = Forward("_appends", Appends.append)
+    append_copy = Forward("_appends", Appends.append_copy)
+    signal = Forward("_inbox", Inbox.signal)
+    signals = Forward("_inbox", Inbox.signals)
+    append_wait = Forward("_inbox", Inbox.append_wait)
+    due_waits = Forward("_inbox", Inbox.due_waits)
+    next_wake = Forward("_inbox", Inbox.next_wake)
+    settle_wait = Forward("_inbox", Inbox.settle_wait)
+    fetch_unsynced = Forward("_outbox", Outbox.fetch_unsynced)
+    mark_synced = Forward("_outbox", Outbox.mark_synced)
+    mark_quarantined = Forward("_outbox", Outbox.mark_quarantined)
+    sync_state = Forward("_outbox", Outbox.sync_state)
+    import_rows = Forward("_outbox", Outbox.import_rows)
+    cache_entries = Forward("_outbox", Outbox.cache_entries)
+    fetch_unsynced_stored = Forward("_outbox", Outbox.fetch_unsynced_stored)
+    fetch_unsynced_cache = Forward("_outbox", Outbox.fetch_unsynced_cache)
+    mark_cache_synced = Forward("_outbox", Outbox.mark_cache_synced)
+    attach_replica = Forward("_outbox", Outbox.attach_replica)
+    import_run = Forward("_outbox", Outbox.import_run)
+    fetch_unsynced_signals = Forward("_outbox", Outbox.fetch_unsynced_signals)
+    mark_signals_synced = Forward("_outbox", Outbox.mark_signals_synced)
+    mark_signals_quarantined = Forward("_outbox", Outbox.mark_signals_quarantined)
+    signal_sync_state = Forward("_outbox", Outbox.signal_sync_state)
+    signal_entries = Forward("_outbox", Outbox.signal_entries)
+    copy_signals = Forward("_outbox", Outbox.copy_signals)
+    put_schedule = Forward("_schedules", Schedules.put_schedule)
+    delete_schedule = Forward("_schedules", Schedules.delete_schedule)
+    list_schedules = Forward("_schedules", Schedules.list_schedules)
+    due_schedules = Forward("_schedules", Schedules.due_schedules)
+    advance_schedule = Forward("_schedules", Schedules.advance_schedule)
 
     def __init__(
         self,
@@ -127,6 +168,16 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
         )
         #: The LISTEN/NOTIFY channel that tells workers a run was handed to the fleet.
         self.work_channel = self._owner_rows.work_channel
+        own, rows, write = self._own, self._owner_rows, self._write_planned
+        self._appends = Appends(
+            self._db, schema=schema, logs=self._logs, own=own, owner_rows=rows, write_planned=write
+        )
+        self._inbox = Inbox(
+            self._db, sql=self._sql, schema=schema, own=own, owner_rows=rows, write_planned=write
+        )
+        self._outbox = Outbox(self._db, self._sql, self._logs)
+        self._schedules = Schedules(self._db, schema)
+        self._cache = Cache(self._db, self._sql)
         self._notices = RowNotices(
             dsn, notice_channel(schema), connect_timeout=connect_timeout, bridge=self._bridge
         )
@@ -171,14 +222,14 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
         )
 
         async def write(take: str | None, release: str | None) -> None:
-            plan = None if take is None else self._first_plan(row)  # refused before any take
+            plan = None if take is None else self._appends.first_plan(row)  # refused before any take
             await self._owner_rows.ride(
                 row.execution_id,
                 take,
                 lambda via: self._write_planned("pause", row, plan, (*extra, release), via=via),
             )
 
-        await self._owning(row.execution_id, True, write)
+        await self._own.carrying(row.execution_id, True, write)
 
     async def _write_planned(
         self,
@@ -201,10 +252,12 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
                 raise run_exists(row.execution_id)
             eid = row.execution_id
             if kind == "append_consume" and extra[0]:
-                unconsumed = {found.id for found in await self.signals(eid)}
+                unconsumed = {found.id for found in await self._inbox.signals(eid)}
                 if not unconsumed.issuperset(extra[0]):
                     raise consumed_elsewhere(row)
-            elif row.step_type == LLM_CALL and kind != "append_copy" and await self._steering_waits(eid):
+            elif (
+                row.step_type == LLM_CALL and kind != "append_copy" and await self._inbox.steering_waits(eid)
+            ):
                 raise SignalsWaiting(eid)
             raise LogMoved
 
@@ -264,7 +317,7 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
                 eid, take, lambda via: self._claim_row(row, via), take_last=True
             )
 
-        return await self._owning(eid, False, write)
+        return await self._own.carrying(eid, False, write)
 
     async def _claim_row(
         self, row: Checkpoint, via: asyncpg.pool.PoolConnectionProxy | None = None
@@ -509,60 +562,12 @@ class PostgresStore(BaseStore, GroupAppends, Outbox, Inbox, Schedules):
             await conn.execute(self._sql["set_chunks"], ids, chunks)
         return deleted
 
-    # -- idempotency cache --------------------------------------------------------------------
-
-    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
-        """The cached value for ``(execution_id, key)``, if any."""
-        check_execution_id(execution_id)
-        pool = await self._ready()
-        with self._lost():
-            value = await pool.fetchval(self._sql["cache_get"], execution_id, key)
-        return None if value is None else Cached(decode(value))
-
-    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
-        """Insert if absent and return the stored value: the first writer wins (one round trip)."""
-        # No ownership check: the entry records a body that ran, so a run abandoned after its body
-        # (its lock lost meanwhile) still keeps the result, and its recovery does not run it again.
-        data = encode_cache_value(execution_id, key, value)
-        pool = await self._ready()
-        with self._lost():
-            stored = await pool.fetchval(self._sql["cache_put"], execution_id, key, data, utcnow())
-            if stored is None:  # a rival committed after our snapshot: read it with a fresh one
-                stored = await pool.fetchval(self._sql["cache_get"], execution_id, key)
-        return decode(stored if stored is not None else data)
-
-    async def _cache_intend(
-        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
-    ) -> tuple[bytes | None, bool]:
-        """The stored value under ``key``, or insert the intent ``marker`` if absent (one statement)."""
-        pool = await self._ready()
-        with self._lost():
-            rec = await pool.fetchrow(self._sql["cache_intend"], execution_id, key, marker, body, now)
-        assert rec is not None
-        return rec["value"], bool(rec["recorded"])
-
     # -- ownership (the dialect is ``self._owner_rows``) ----------------------------------------
 
     @property
     def _lock_conn(self) -> asyncpg.Connection | None:
         """The lock connection holding this store's liveness lock, if open."""
         return self._owner_rows.liveness.connection
-
-    async def listen_for_work(self, wake: Callable[[], object]) -> Callable[[], Awaitable[None]]:
-        """Call ``wake()`` whenever a run is handed to the fleet (``LISTEN`` on a connection of its
-        own); returns the coroutine function that stops listening."""
-        return await self._owner_rows.listen_for_work(wake)
-
-    async def owner_pid(self, execution_id: str) -> int | None:
-        """The server pid of the session holding the liveness lock of the run's owner, if it is alive
-        (what ``tether recover --force`` terminates)."""
-        return await self._owner_rows.owner_pid(execution_id)
-
-    async def terminate_owner(self, execution_id: str) -> int | None:
-        """End the lock session of the run's live owner (an operator's ``tether recover --force``
-        for a frozen process): every run that owner holds is then an orphan. The pid ended, or
-        ``None`` when no live owner holds the run."""
-        return await self._owner_rows.terminate_owner(execution_id)
 
     # -- errors -------------------------------------------------------------------------------
 

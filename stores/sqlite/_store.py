@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from .._base import BaseStore, Plan, StoreState, check_history_range, check_page
-from .._codec import DEFAULT_MAX_ROW_BYTES, encode_cache_value, encode_pending
+from .._codec import DEFAULT_MAX_ROW_BYTES, encode_pending
 from .._errors import (
     check_execution_id,
     no_checkpoints,
@@ -32,10 +32,10 @@ from .._errors import (
 from .._flight import single_claim
 from .._forward import Forward
 from .._heads import RunHead, check_heads_arguments, head_of, heads_query
-from .._json import decode
-from .._model import RUN_END, Cached, Checkpoint, PendingInterrupt, ReEntry, utcnow
+from .._model import RUN_END, Checkpoint, PendingInterrupt, ReEntry, utcnow
 from .._paths import conversation_of
 from .._reentry import resolve_forkable, resolve_reentry, run_sync
+from ._cache import Cache
 from ._connection import SYNCHRONOUS, integrity_problems
 from ._inbox import Inbox
 from ._insert import insert_row
@@ -76,8 +76,12 @@ class SQLiteStore(BaseStore):
     """
 
     _owner_rows: FileOwners
+    _cache: Cache
 
     # -- what the store's parts answer (see their classes) -----------------------------------------
+
+    cache_get = Forward("_cache", Cache.get)
+    cache_put = Forward("_cache", Cache.put)
 
     signal = Forward("_inbox", Inbox.signal)
     signals = Forward("_inbox", Inbox.signals)
@@ -120,7 +124,7 @@ class SQLiteStore(BaseStore):
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, not {synchronous!r}")
         if isinstance(path, str) and "://" in path:
             raise path_not_url(path)
-        super().__init__(max_row_bytes=max_row_bytes)
+        super().__init__(max_row_bytes=max_row_bytes, recall=self._recall_log)
         self.path = os.fspath(path)
         self.lock_path = self.path + ".locks"
         self._setup_lock = anyio.Lock()
@@ -143,6 +147,7 @@ class SQLiteStore(BaseStore):
         self._inbox = Inbox(self._db, self._write_row)
         self._replica = Replica(self._db, self._logs)
         self._schedules = Schedules(self._db)
+        self._cache = Cache(self._db)
 
     @property
     def transactions(self) -> int:
@@ -285,7 +290,7 @@ class SQLiteStore(BaseStore):
         """Plan ``row`` and write ``op(plan)`` in one transaction with the run's ownership riding in it
         (``resting``: the row rests the run, so its release rides too). The store is set up first."""
         eid, rows, write = row.execution_id, self._owner_rows, self._db.write
-        return self._owning(
+        return self._own.carrying(
             eid,
             resting,
             lambda take, release: self._planned(
@@ -297,7 +302,7 @@ class SQLiteStore(BaseStore):
         """Queue ``fn`` for the next write transaction (:meth:`Connections.write`)."""
         return self._db.write(fn)
 
-    async def _recall(self, row: Checkpoint) -> None:
+    async def _recall_log(self, row: Checkpoint) -> None:
         """Load the row's conversation log into memory if a continuing run's log is not known."""
         messages = row.state_snapshot.get("messages") if isinstance(row.state_snapshot, dict) else None
         if row.seq == 0 or not isinstance(messages, list | tuple):
@@ -344,58 +349,6 @@ class SQLiteStore(BaseStore):
         for eid in touched:
             self._logs.forget(eid)
         return deleted
-
-    async def cache_get(self, execution_id: str, key: str) -> Cached | None:
-        """The cache entry for ``(execution_id, key)``, if any."""
-        check_execution_id(execution_id)
-
-        def run(conn: sqlite3.Connection) -> Cached | None:
-            found = conn.execute(
-                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
-            ).fetchone()
-            return None if found is None else Cached(decode(found[0]))
-
-        return await self._read(run)
-
-    async def cache_put(self, execution_id: str, key: str, value: Any) -> Any:
-        """Insert the entry if absent; return the stored value (the first writer's)."""
-        # No ownership check: the entry records a body that ran, so a run abandoned after its body
-        # (its lock lost meanwhile) still keeps the result, and its recovery does not run it again.
-        body = encode_cache_value(execution_id, key, value)
-        now = ts(utcnow())
-
-        def run(conn: sqlite3.Connection) -> Any:
-            conn.execute(
-                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (execution_id, key) DO NOTHING",
-                (execution_id, key, body, now),
-            )
-            stored = conn.execute(
-                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
-            ).fetchone()
-            return decode(stored[0])
-
-        return await self._write(run)
-
-    async def _cache_intend(
-        self, execution_id: str, key: str, marker: str, body: bytes, now: datetime
-    ) -> tuple[bytes | None, bool]:
-        """The stored value under ``key``, or insert the intent ``marker`` if absent (one transaction)."""
-
-        def run(conn: sqlite3.Connection) -> tuple[bytes | None, bool]:
-            found = conn.execute(
-                "SELECT value FROM idempotency_cache WHERE execution_id = ? AND key = ?", (execution_id, key)
-            ).fetchone()
-            if found is not None:
-                return found[0], False
-            inserted = conn.execute(
-                "INSERT INTO idempotency_cache (execution_id, key, value, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (execution_id, key) DO NOTHING",
-                (execution_id, marker, body, ts(now)),
-            )
-            return None, inserted.rowcount == 1
-
-        return await self._write(run)
 
     # ------------------------------------------------------------------ row reads
 

@@ -49,11 +49,17 @@ class _Stale(BaseStore):
     """A store whose database log never matches the plan."""
 
     def __init__(self) -> None:
-        super().__init__(max_row_bytes=1 << 20)
+        super().__init__(max_row_bytes=1 << 20, recall=self.recall)
         self.attempts: list[Plan] = []
         self.recalls = 0
 
-    async def _recall(self, row: Any) -> None:
+    async def setup(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def recall(self, row: Any) -> None:
         self.recalls += 1
 
     async def attempt(self, plan: Plan) -> None:
