@@ -18,7 +18,7 @@ release would leave them unowned and unfindable). The next run taken gets a fres
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import anyio
 
@@ -37,8 +37,6 @@ _TAKE_TIMEOUT: Final = 30.0
 _TAKE_RECHECKS: Final = (0.005, 0.01, 0.02, 0.04, None)
 #: What a listener is told: the ids of the runs just abandoned.
 Listener = Callable[[list[str]], object]
-#: A write transaction's operation, in a backend's dialect.
-Op = Callable[[Any], Any]
 T = TypeVar("T")
 
 
@@ -264,7 +262,8 @@ class BaseOwnedStore:
     """The ownership methods of a store, written once over the backend's :class:`OwnerRows`.
 
     ``_own`` is the store's :class:`Ownership`, ``_owner_rows`` the backend's dialect. Both backends
-    carry a run's take with its first row and its release with its resting row (:meth:`Ownership.carrying`).
+    carry a run's take with its first row and its release with its resting row
+    (:meth:`Ownership.carrying`).
     """
 
     _own: Ownership

@@ -1,10 +1,13 @@
 """The PostgreSQL store on asyncpg: one round trip per write, for a fleet of processes.
 
-Every write is one statement (:mod:`stores.postgres._sql`); concurrent appends share one
-(:mod:`stores.postgres._appends`); the outbox is :mod:`stores.postgres._outbox`; ownership is
-one session advisory lock per owner id on a dedicated connection plus a ``run_owners`` row per
-owned run (:mod:`stores.postgres._locks`, the shared half in :mod:`stores._owners`). What both backends share (the
-re-plan loop, the refusals, the re-entry walk, the prune rule) is in ``stores``' private modules.
+Every write is one statement (:mod:`stores.postgres._sql`). The store is a front over parts it
+holds: the pool's one owner, which shares concurrent appends in one statement
+(:class:`~stores.postgres._writer.WriterPool`); the appends, the inbox, the outbox, the schedules
+and the cache (``_appends``, ``_inbox``, ``_outbox``, ``_schedules``, ``_cache``), whose methods it
+forwards; and ownership's dialect, one session advisory lock per owner id on a dedicated connection
+plus a ``run_owners`` row per owned run (:class:`~stores.postgres._owners.LockOwners`, the shared
+half in :mod:`stores._owners`). What both backends share (the re-plan loop, the refusals, the
+re-entry walk, the prune rule) is in ``stores``' private modules.
 """
 
 from __future__ import annotations
@@ -88,12 +91,14 @@ class PostgresStore(BaseStore):
 
     append = Forward("_appends", Appends.append)
     append_copy = Forward("_appends", Appends.append_copy)
+
     signal = Forward("_inbox", Inbox.signal)
     signals = Forward("_inbox", Inbox.signals)
     append_wait = Forward("_inbox", Inbox.append_wait)
     due_waits = Forward("_inbox", Inbox.due_waits)
     next_wake = Forward("_inbox", Inbox.next_wake)
     settle_wait = Forward("_inbox", Inbox.settle_wait)
+
     fetch_unsynced = Forward("_outbox", Outbox.fetch_unsynced)
     mark_synced = Forward("_outbox", Outbox.mark_synced)
     mark_quarantined = Forward("_outbox", Outbox.mark_quarantined)
@@ -111,6 +116,7 @@ class PostgresStore(BaseStore):
     signal_sync_state = Forward("_outbox", Outbox.signal_sync_state)
     signal_entries = Forward("_outbox", Outbox.signal_entries)
     copy_signals = Forward("_outbox", Outbox.copy_signals)
+
     put_schedule = Forward("_schedules", Schedules.put_schedule)
     delete_schedule = Forward("_schedules", Schedules.delete_schedule)
     list_schedules = Forward("_schedules", Schedules.list_schedules)

@@ -1,5 +1,5 @@
-"""The SQLite backend: its dialect (:mod:`._rows`, :mod:`._schema`), its writer (:mod:`._writer`,
-:mod:`._connection`) and its locks (:mod:`._locks`). The rules live in ``stores``' shared modules."""
+"""The SQLite backend: its dialect (:mod:`._rows`, :mod:`._schema`, :mod:`._insert`), its connections'
+owner (:mod:`._writer`, :mod:`._connection`), its inbox, replica and cache, and its locks (:mod:`._locks`). The rules live in ``stores``' shared modules."""
 
 from ._store import SQLiteStore
 

@@ -24,19 +24,20 @@ import sqlite3
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from .._errors import StoreUnavailable, owned_elsewhere
 from .._heads import row_state
 from .._loop import Loop, running_loop
 from .._model import new_id
-from .._owners import Op, Ownership
+from .._owners import Ownership
 
 __all__ = [
     "TAKE_SQL",
     "WATCH_INTERVAL",
     "LivenessFile",
+    "Op",
     "dead_owners",
     "expired_rows",
     "owned_rows",
@@ -45,6 +46,9 @@ __all__ = [
     "take_row",
     "unowned_rows",
 ]
+
+#: A write transaction's operation: a function of the writer connection.
+Op = Callable[[sqlite3.Connection], Any]
 
 _F_OFD_GETLK: Final[int] = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK: Final[int] = getattr(fcntl, "F_OFD_SETLK", 37)

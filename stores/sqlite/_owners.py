@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 from .._model import utcnow
-from .._owners import Op
 from .._queues import Admission, Queue, Work
 from ._locks import (
     LivenessFile,
+    Op,
     expired_rows,
     owned_rows,
     release_row,

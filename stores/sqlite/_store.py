@@ -2,12 +2,15 @@
 
 How a write works. A caller plans its row on the event loop (:meth:`BaseStore._planned`, so a
 :class:`SerializationError` or :class:`RowTooLarge` is raised before anything is queued), then puts
-one operation on the write queue of :class:`~stores.sqlite._writer.Connections` and awaits its own
-future; the writer thread commits everything queued in one transaction. Reads use a second
-connection (WAL readers never block the writer) and are one thread hop per method, each in one read
-transaction. The re-entry walk of :mod:`stores._reentry` runs inside that hop: its row callbacks
-never suspend, so it is driven to completion synchronously (:func:`stores._reentry.run_sync`).
-Ownership (one lock per owner id, a ``run_owners`` row per run) is :mod:`stores.sqlite._locks`.
+one operation on the write queue of :class:`~stores.sqlite._writer.Connections`, the one owner of
+the store's connections, and awaits its own future; the writer thread commits everything queued in
+one transaction. Reads use a second connection (WAL readers never block the writer) and are one
+thread hop per method, each in one read transaction. The re-entry walk of :mod:`stores._reentry`
+runs inside that hop: its row callbacks never suspend, so it is driven to completion synchronously
+(:func:`stores._reentry.run_sync`). The store is a front over parts it holds: the inbox, the
+replication side, the schedules and the cache, whose methods it forwards, and ownership's dialect
+(:class:`~stores.sqlite._owners.FileOwners`: one lock per owner id, a ``run_owners`` row per run,
+:mod:`stores.sqlite._locks`).
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class SQLiteStore(BaseStore):
     due_waits = Forward("_inbox", Inbox.due_waits)
     next_wake = Forward("_inbox", Inbox.next_wake)
     settle_wait = Forward("_inbox", Inbox.settle_wait)
+
     fetch_unsynced = Forward("_replica", Replica.fetch_unsynced)
     mark_synced = Forward("_replica", Replica.mark_synced)
     mark_quarantined = Forward("_replica", Replica.mark_quarantined)
@@ -106,6 +110,7 @@ class SQLiteStore(BaseStore):
     signal_sync_state = Forward("_replica", Replica.signal_sync_state)
     signal_entries = Forward("_replica", Replica.signal_entries)
     copy_signals = Forward("_replica", Replica.copy_signals)
+
     put_schedule = Forward("_schedules", Schedules.put_schedule)
     delete_schedule = Forward("_schedules", Schedules.delete_schedule)
     list_schedules = Forward("_schedules", Schedules.list_schedules)
