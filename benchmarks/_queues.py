@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 import stores.postgres._connection as pg_connection
-import stores.sqlite._store as sqlite_store
+import stores.sqlite._writer as sqlite_writer
 from benchmarks._common import median
 from stores import Checkpoint, Queue, Store
 
@@ -56,7 +56,7 @@ class _Counter:
 @contextmanager
 def _counted(counter: _Counter) -> Iterator[None]:
     """Every connection a store opens from here on reports its statements to ``counter``."""
-    connect, init = sqlite_store.connect, pg_connection._init_connection
+    connect, init = sqlite_writer.connect, pg_connection._init_connection
 
     def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         conn = connect(*args, **kwargs)
@@ -67,11 +67,11 @@ def _counted(counter: _Counter) -> Iterator[None]:
         await init(conn)
         conn.add_query_logger(counter.statement)
 
-    sqlite_store.connect, pg_connection._init_connection = traced, logged  # type: ignore[assignment]
+    sqlite_writer.connect, pg_connection._init_connection = traced, logged  # type: ignore[assignment]
     try:
         yield
     finally:
-        sqlite_store.connect, pg_connection._init_connection = connect, init  # type: ignore[assignment]
+        sqlite_writer.connect, pg_connection._init_connection = connect, init  # type: ignore[assignment]
 
 
 async def _enqueue(store: Any, ids: list[str], queue: str) -> None:

@@ -18,10 +18,10 @@ fresh SQLite file (WAL, ``synchronous=FULL``), interleaved over ``--rounds`` rou
 Per run it prints runs/s and the ratio to raw, the CPU time of the event-loop thread
 (``time.thread_time``), and for the two store contenders the writer thread's time inside its write
 transactions and inside their ``COMMIT`` (timers wrapped around two methods of the store's
-connection owner, ``stores.sqlite._writer.Connections``, in this process only). The differences split a run: tether minus store is what the framework costs on the
-loop, store minus raw what the store adds to the raw write. Verified while measuring: tether runs as
-in step_path (the answer, the tool once, the 4 rows in order); store runs hold the same 4 rows in
-order, raw runs 4 rows each.
+connection owner, ``stores.sqlite._writer.Connections``, in this process only). The differences
+split a run: tether minus store is what the framework costs on the loop, store minus raw what the
+store adds to the raw write. Verified while measuring: tether runs as in step_path (the answer, the
+tool once, the 4 rows in order); store runs hold the same 4 rows in order, raw runs 4 rows each.
 """
 
 from __future__ import annotations
