@@ -202,16 +202,17 @@ class PostgresStore(BaseStore):
         return self._db.ready()
 
     def _opened(self) -> None:
+        """The pool is open and migrated: the store is ready."""
         self._state = StoreState.READY
 
     async def close(self) -> None:
         """Close the pool and the lock connection (releasing every ownership lock); idempotent."""
         self._state = StoreState.CLOSED
-        pool, writers = self._db.detach()
+        close_pool = self._db.detach()
         await self._notices.close()
         with anyio.CancelScope(shield=True):
             await self._owner_rows.liveness.close()
-            await self._db.close(pool, writers)
+            await close_pool()
             await self._bridge.close()
 
     # -- writes -------------------------------------------------------------------------------

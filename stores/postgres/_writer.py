@@ -187,27 +187,26 @@ class WriterPool:
             self._opened()
             return pool
 
-    def detach(self) -> tuple[asyncpg.Pool | None, list[asyncpg.pool.PoolConnectionProxy]]:
-        """Stop handing out the pool (the store is closing); the pool and its kept writers, for
-        :meth:`close`."""
-        pool, self.pool = self.pool, None
-        writers, self.writers = self.writers, []
+    def detach(self) -> Callable[[], Awaitable[None]]:
+        """Stop handing out the pool (the store is closing). Returns the coroutine function that
+        gives the kept writers back and closes the pool (bounded: past the bound the pool is
+        terminated); call it shielded."""
+        pool, writers = self.pool, self.writers
+        self.pool, self.writers = None, []
         self.prepared.clear()
-        return pool, writers
 
-    @staticmethod
-    async def close(pool: asyncpg.Pool | None, writers: list[asyncpg.pool.PoolConnectionProxy]) -> None:
-        """Give the writers back and close the pool detached by :meth:`detach` (bounded; past the
-        bound the pool is terminated). Call it shielded."""
-        closed = False
-        with anyio.move_on_after(_CLOSE_TIMEOUT):
-            if pool is not None:
-                for writer in writers:
-                    await pool.release(writer)
-                await pool.close()
-            closed = True
-        if not closed and pool is not None:
-            pool.terminate()
+        async def close() -> None:
+            closed = False
+            with anyio.move_on_after(_CLOSE_TIMEOUT):
+                if pool is not None:
+                    for writer in writers:
+                        await pool.release(writer)
+                    await pool.close()
+                closed = True
+            if not closed and pool is not None:
+                pool.terminate()
+
+        return close
 
     # -- group commit -----------------------------------------------------------------------------
 
