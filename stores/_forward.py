@@ -2,8 +2,9 @@
 
 A store holds its parts (the inbox, the outbox, the schedules of a backend) as objects, and its
 public surface names their methods with ``name = Forward("_part", Part.name)``. Reading the name on a
-store gives the part's own bound method: no extra call on the way, and mypy sees the part's
-signature, so the store classes are still checked against the protocols of ``stores._protocol``.
+store gives the part's own bound method (no forwarding coroutine in between), and mypy sees the
+part's signature, so the store classes are still checked against the protocols of
+``stores._protocol``. Read on the class, the name gives the part's function.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ consumes the inbox is :func:`stores.sqlite._insert.inbox_guard`."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
@@ -108,26 +107,23 @@ class Inbox:
         eid = row.execution_id
         deadline = None if wake_at is None else ts(wake_at)
 
-        def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
-            def run(conn: sqlite3.Connection) -> None:
-                insert_row(conn, plan)
-                due = deadline
-                if (
-                    name is not None
-                    and conn.execute(
-                        "SELECT 1 FROM signals WHERE execution_id = ? AND name = ? AND consumed_seq IS NULL LIMIT 1",
-                        (eid, name),
-                    ).fetchone()
-                ):
-                    due = ts(utcnow())  # its signal is there already: due at once
-                conn.execute(
-                    "INSERT INTO run_waits (execution_id, seq, name, wake_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (execution_id) DO UPDATE SET seq = excluded.seq, name = excluded.name, "
-                    "wake_at = excluded.wake_at",
-                    (eid, row.seq, name, due),
-                )
-
-            return run
+        def op(conn: sqlite3.Connection, plan: Plan) -> None:
+            insert_row(conn, plan)
+            due = deadline
+            if (
+                name is not None
+                and conn.execute(
+                    "SELECT 1 FROM signals WHERE execution_id = ? AND name = ? AND consumed_seq IS NULL LIMIT 1",
+                    (eid, name),
+                ).fetchone()
+            ):
+                due = ts(utcnow())  # its signal is there already: due at once
+            conn.execute(
+                "INSERT INTO run_waits (execution_id, seq, name, wake_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (execution_id) DO UPDATE SET seq = excluded.seq, name = excluded.name, "
+                "wake_at = excluded.wake_at",
+                (eid, row.seq, name, due),
+            )
 
         await self._db.ensure()
         await self._write_row(row, True, op)

@@ -20,11 +20,11 @@ T = TypeVar("T")
 
 
 class WriteRow(Protocol):
-    """Plan ``row`` and write ``op(plan)`` in one transaction with the run's ownership riding in it
-    (``resting``: the row rests the run, so its release rides too)."""
+    """Plan ``row`` and run ``op(conn, plan)`` in one write transaction with the run's ownership
+    riding in it (``resting``: the row rests the run, so its release rides too)."""
 
     def __call__(
-        self, row: Checkpoint, resting: bool, op: Callable[[Plan], Callable[[sqlite3.Connection], T]]
+        self, row: Checkpoint, resting: bool, op: Callable[[sqlite3.Connection, Plan], T]
     ) -> Awaitable[T]: ...
 
 

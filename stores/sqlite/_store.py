@@ -209,7 +209,7 @@ class SQLiteStore(BaseStore):
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         await self._ensure()
-        await self._write_row(row, row.step_type == RUN_END, lambda plan: lambda c: insert_row(c, plan))
+        await self._write_row(row, row.step_type == RUN_END, insert_row)
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
@@ -230,18 +230,15 @@ class SQLiteStore(BaseStore):
             None if pending.expires_at is None else ts(pending.expires_at),
         )
 
-        def op(plan: Plan) -> Callable[[sqlite3.Connection], None]:
-            def run(conn: sqlite3.Connection) -> None:
-                insert_row(conn, plan)
-                try:
-                    conn.execute(
-                        f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        values,
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise pending_exists(pending.execution_id) from exc
-
-            return run
+        def op(conn: sqlite3.Connection, plan: Plan) -> None:
+            insert_row(conn, plan)
+            try:
+                conn.execute(
+                    f"INSERT INTO pending_interrupts ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    values,
+                )
+            except sqlite3.IntegrityError as exc:
+                raise pending_exists(pending.execution_id) from exc
 
         await self._ensure()
         await self._write_row(row, True, op)
@@ -273,33 +270,30 @@ class SQLiteStore(BaseStore):
         if not has_pending:
             raise no_pause(eid) if has_rows else no_checkpoints(eid)
 
-        def op(plan: Plan) -> Callable[[sqlite3.Connection], PendingInterrupt]:
-            def run(conn: sqlite3.Connection) -> PendingInterrupt:
-                found = conn.execute(
-                    f"DELETE FROM pending_interrupts WHERE execution_id = ? RETURNING {PENDING_COLUMNS}",
-                    (eid,),
-                ).fetchone()
-                if found is None:
-                    rows = conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,))
-                    raise no_pause(eid) if rows.fetchone() is not None else no_checkpoints(eid)
-                insert_row(conn, plan)
-                return pending_of(found)
-
-            return run
+        def op(conn: sqlite3.Connection, plan: Plan) -> PendingInterrupt:
+            found = conn.execute(
+                f"DELETE FROM pending_interrupts WHERE execution_id = ? RETURNING {PENDING_COLUMNS}",
+                (eid,),
+            ).fetchone()
+            if found is None:
+                rows = conn.execute("SELECT 1 FROM checkpoints WHERE execution_id = ? LIMIT 1", (eid,))
+                raise no_pause(eid) if rows.fetchone() is not None else no_checkpoints(eid)
+            insert_row(conn, plan)
+            return pending_of(found)
 
         return await self._write_row(row, False, op)
 
     def _write_row(
-        self, row: Checkpoint, resting: bool, op: Callable[[Plan], Callable[[sqlite3.Connection], T]]
+        self, row: Checkpoint, resting: bool, op: Callable[[sqlite3.Connection, Plan], T]
     ) -> Awaitable[T]:
-        """Plan ``row`` and write ``op(plan)`` in one transaction with the run's ownership riding in it
-        (``resting``: the row rests the run, so its release rides too). The store is set up first."""
+        """Plan ``row`` and run ``op(conn, plan)`` in one write transaction with the run's ownership
+        riding in it (``resting``: the row rests the run, so its release rides too)."""
         eid, rows, write = row.execution_id, self._owner_rows, self._db.write
         return self._own.carrying(
             eid,
             resting,
             lambda take, release: self._planned(
-                row, lambda plan: write(rows.ride(eid, op(plan), take, release))
+                row, lambda plan: write(rows.ride(eid, lambda conn: op(conn, plan), take, release))
             ),
         )
 
