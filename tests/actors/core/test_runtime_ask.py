@@ -91,26 +91,29 @@ async def test_ask_crash_chains_the_cause_and_pending_asks_fail() -> None:
     with anyio.fail_after(5):
         async with ActorSystem() as system:
             ref = await system.start(Calc(), restart=Restart.TEMPORARY)
-            results: list[BaseException | object] = []
+            # Each answer is kept by the order its message was sent in: the asks that fail together
+            # may wake in any order (trio shuffles the tasks it wakes at once).
+            results: dict[int, BaseException | object] = {}
 
-            async def ask(message: Command) -> None:
+            async def ask(sent: int, message: Command) -> None:
                 try:
-                    results.append(await ref.ask(message, timeout=3))
+                    results[sent] = await ref.ask(message, timeout=3)
                 except TetherError as exc:
-                    results.append(exc)
+                    results[sent] = exc
 
             async with anyio.create_task_group() as tg:
-                tg.start_soon(ask, Slow(0.05))
+                tg.start_soon(ask, 0, Slow(0.05))
                 await anyio.sleep(0.01)
-                tg.start_soon(ask, Boom())
+                tg.start_soon(ask, 1, Boom())
                 await anyio.sleep(0.01)
-                for _ in range(3):
-                    tg.start_soon(ask, Add(1))
+                for sent in range(2, 5):
+                    tg.start_soon(ask, sent, Add(1))
+            assert sorted(results) == [0, 1, 2, 3, 4]
             assert results[0] == "slept"
             crashed = results[1]
             assert isinstance(crashed, ActorCrashed)
             assert isinstance(crashed.__cause__, ValueError)
-            assert all(isinstance(r, ActorStopped) for r in results[2:]), results
+            assert all(isinstance(results[sent], ActorStopped) for sent in range(2, 5)), results
             assert not ref.alive
             with pytest.raises(ActorStopped):
                 await ref.ask(Add(1), timeout=1)

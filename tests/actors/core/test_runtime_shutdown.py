@@ -36,8 +36,13 @@ class Sleeper(Actor):
         self.stops.append(ctx.id)
 
 
-def other_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
-    return {t for t in asyncio.all_tasks() if t not in before and not t.done()}
+def running_tasks() -> set[int]:
+    """The ids of the tasks running now, on asyncio or trio."""
+    return {task.id for task in anyio.get_running_tasks()}
+
+
+def other_tasks(before: set[int]) -> set[int]:
+    return running_tasks() - before
 
 
 async def start_many(system: ActorSystem, stops: list[str], n: int) -> None:
@@ -50,7 +55,7 @@ async def start_many(system: ActorSystem, stops: list[str], n: int) -> None:
 @pytest.mark.anyio
 async def test_leaving_the_block_with_1000_actors() -> None:
     stops: list[str] = []
-    before = set(asyncio.all_tasks())
+    before = running_tasks()
     with anyio.fail_after(15):
         async with ActorSystem() as system:
             await start_many(system, stops, 1000)
@@ -66,7 +71,7 @@ async def test_leaving_the_block_with_1000_actors() -> None:
 @pytest.mark.anyio
 async def test_cancelling_the_block_with_1000_actors() -> None:
     stops: list[str] = []
-    before = set(asyncio.all_tasks())
+    before = running_tasks()
     with anyio.fail_after(15):
         started = 0.0
         with anyio.CancelScope() as scope:
