@@ -89,6 +89,21 @@ def _pg_run(sql: str) -> None:
     asyncio.run(run())
 
 
+async def on_asyncpg(dsn: str, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, timeout: float = 10) -> T:
+    """``fn`` on a raw asyncpg connection of its own (connected within ``timeout`` seconds), from a
+    test on either event loop: asyncpg runs only on asyncio, so the call runs on an asyncio loop of
+    its own in a worker thread."""
+
+    async def run() -> T:
+        conn = await asyncpg.connect(dsn, timeout=timeout)
+        try:
+            return await fn(conn)
+        finally:
+            await conn.close()
+
+    return await anyio.to_thread.run_sync(asyncio.run, run())
+
+
 def drop_pg_schema(schema: str) -> None:
     """Drop a schema of the test database (and everything in it)."""
     _pg_run(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

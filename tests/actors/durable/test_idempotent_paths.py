@@ -12,9 +12,8 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg
 import pytest
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from actors import SideEffectInDoubt, idempotency_key, idempotent
 from actors._durable._context import bind_run
@@ -131,11 +130,9 @@ async def _lose_lock(backend: Backend, store: Store) -> None:
         os.replace(fresh, lock_path)
     else:
         pid = store._lock_conn.get_server_pid()  # type: ignore[attr-defined]
-        conn = await asyncpg.connect(backend.target)
-        try:
-            assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
-        finally:
-            await conn.close()
+        assert await on_asyncpg(
+            backend.target, lambda conn: conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+        )
     with anyio.fail_after(LIMIT):
         while True:
             try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from actors import (
     ActorSystem,
@@ -243,15 +243,12 @@ async def wipe_cache(backend: Backend, store: Store, execution_id: str) -> None:
         with sqlite3.connect(backend.target) as conn:
             conn.execute("DELETE FROM idempotency_cache WHERE execution_id = ?", (execution_id,))
         return
-    import asyncpg
-
-    conn = await asyncpg.connect(backend.target)
-    try:
-        await conn.execute(
+    await on_asyncpg(
+        backend.target,
+        lambda conn: conn.execute(
             f'DELETE FROM "{backend.schema}".idempotency_cache WHERE execution_id = $1', execution_id
-        )
-    finally:
-        await conn.close()
+        ),
+    )
 
 
 async def test_idempotency_key_is_stable_across_reruns_and_distinct_per_occurrence(tmp_path: Path) -> None:

@@ -15,9 +15,8 @@ import textwrap
 from pathlib import Path
 
 import anyio
-import asyncpg
 import pytest
-from conftest import PgSchema
+from conftest import PgSchema, on_asyncpg
 
 from actors import ActorSystem, Agent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
@@ -31,19 +30,18 @@ ROOT = Path(__file__).resolve().parents[3]
 async def _advisory_locks(pg: PgSchema) -> tuple[int, int]:
     """(sessions, advisory locks they hold) among the sessions holding the liveness lock of an owner
     recorded in ``pg``'s schema, read on a fresh connection (which must still succeed)."""
-    conn = await asyncpg.connect(pg.dsn, timeout=10)
-    try:
-        found = await conn.fetchrow(
+    found = await on_asyncpg(
+        pg.dsn,
+        lambda conn: conn.fetchrow(
             "WITH owners AS (SELECT DISTINCT l.pid FROM pg_locks l "
             "  WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
             f'  AND (l.classid::bigint << 32) | l.objid::bigint IN (SELECT owner_key FROM "{pg.schema}".run_owners)) '
             "SELECT (SELECT count(*) FROM owners), count(*) FROM pg_locks l "
             "WHERE l.locktype = 'advisory' AND l.pid IN (SELECT pid FROM owners)"
-        )
-        assert found is not None
-        return int(found[0]), int(found[1])
-    finally:
-        await conn.close()
+        ),
+    )
+    assert found is not None
+    return int(found[0]), int(found[1])
 
 
 def _waiting_agent(release: anyio.Event) -> Agent:
