@@ -4,15 +4,13 @@ undone too), and a replicator sends them and marks the store attached."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from typing import Any
 
-import anyio
 import asyncpg
 import pytest
 from _plane_support import Plane, eventually, plane_fixture  # noqa: F401 (fixture)
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from actors import ActorSystem
 from replication import Replicator
@@ -45,27 +43,23 @@ async def downgrade(backend: Backend) -> None:
         return
     s = f'"{backend.schema}"'
 
-    async def undo() -> None:
-        conn = await asyncpg.connect(backend.target)
-        try:
-            await conn.execute(
-                f"ALTER TABLE {s}.idempotency_cache DROP COLUMN synced; DROP TABLE {s}.replica; "
-                f"DELETE FROM {s}.schema_version WHERE version >= 5"
-            )
-            await conn.execute(
-                f"DROP INDEX {s}.signals_signal_id_idx; DROP INDEX {s}.signals_unsynced_idx; "
-                f"ALTER TABLE {s}.signals DROP COLUMN signal_id, DROP COLUMN synced, DROP COLUMN sync_error"
-            )
-            await conn.execute(
-                f"DROP INDEX {s}.run_owners_waiting_idx; DROP INDEX {s}.run_owners_queue_idx; "
-                f"ALTER TABLE {s}.run_owners DROP COLUMN queue, DROP COLUMN key, DROP COLUMN priority; "
-                f"CREATE INDEX run_owners_queued_idx ON {s}.run_owners (since) WHERE owner IS NULL; "
-                f"DROP TABLE {s}.queues; DROP TABLE {s}.run_queues; DROP TABLE {s}.queue_starts"
-            )
-        finally:
-            await conn.close()
+    async def undo(conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            f"ALTER TABLE {s}.idempotency_cache DROP COLUMN synced; DROP TABLE {s}.replica; "
+            f"DELETE FROM {s}.schema_version WHERE version >= 5"
+        )
+        await conn.execute(
+            f"DROP INDEX {s}.signals_signal_id_idx; DROP INDEX {s}.signals_unsynced_idx; "
+            f"ALTER TABLE {s}.signals DROP COLUMN signal_id, DROP COLUMN synced, DROP COLUMN sync_error"
+        )
+        await conn.execute(
+            f"DROP INDEX {s}.run_owners_waiting_idx; DROP INDEX {s}.run_owners_queue_idx; "
+            f"ALTER TABLE {s}.run_owners DROP COLUMN queue, DROP COLUMN key, DROP COLUMN priority; "
+            f"CREATE INDEX run_owners_queued_idx ON {s}.run_owners (since) WHERE owner IS NULL; "
+            f"DROP TABLE {s}.queues; DROP TABLE {s}.run_queues; DROP TABLE {s}.queue_starts"
+        )
 
-    await anyio.to_thread.run_sync(asyncio.run, undo())  # asyncpg runs on asyncio only: its own loop
+    await on_asyncpg(backend.target, undo)
 
 
 def _undo_queues(conn: sqlite3.Connection) -> None:

@@ -8,7 +8,6 @@ row after the loss, and the run completes once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -16,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.to_thread
-import asyncpg
 import pytest
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from stores import OwnershipLost, SQLiteStore
 
@@ -53,15 +50,9 @@ async def _lose_lock(backend: Backend, lock_pid: int | None) -> None:
     if backend.name == "postgres":
         assert lock_pid is not None
 
-        async def terminate() -> bool:
-            conn = await asyncpg.connect(backend.target)
-            try:
-                return bool(await conn.fetchval("SELECT pg_terminate_backend($1)", lock_pid))
-            finally:
-                await conn.close()
-
-        # asyncpg needs asyncio: its own loop in a thread, on trio too
-        assert await anyio.to_thread.run_sync(lambda: asyncio.run(terminate()))
+        assert await on_asyncpg(
+            backend.target, lambda conn: conn.fetchval("SELECT pg_terminate_backend($1)", lock_pid)
+        )
         return
     lock_path = Path(backend.target + ".locks")
     fresh = lock_path.with_name(lock_path.name + ".new")

@@ -15,7 +15,6 @@ of tools that ran, in whichever process:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -29,10 +28,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg
 import pytest
 from _queue_child import agent, ledger
-from conftest import Backend, stop_processes, until_ended
+from conftest import Backend, on_asyncpg, stop_processes, until_ended
 
 from actors import ActorSystem, Resume
 from stores import RUN_END, Store
@@ -145,18 +143,13 @@ async def _recorded_starts(backend: Backend) -> set[tuple[int, float]]:
 
         return await anyio.to_thread.run_sync(read)
 
-    async def fetch() -> set[tuple[int, float]]:
-        conn = await asyncpg.connect(backend.target)
-        try:
-            found = await conn.fetch(
-                f'SELECT slot, at FROM "{backend.schema}".queue_starts WHERE queue = $1', "paced"
-            )
-        finally:
-            await conn.close()
-        return {(r[0], r[1]) for r in found}
-
-    # asyncpg needs asyncio: its own loop in a thread, on trio too
-    return await anyio.to_thread.run_sync(lambda: asyncio.run(fetch()))
+    found = await on_asyncpg(
+        backend.target,
+        lambda conn: conn.fetch(
+            f'SELECT slot, at FROM "{backend.schema}".queue_starts WHERE queue = $1', "paced"
+        ),
+    )
+    return {(r[0], r[1]) for r in found}
 
 
 async def test_a_rate_starts_at_most_n_runs_in_any_window(store_backend: Backend, tmp_path: Path) -> None:

@@ -13,17 +13,14 @@ Every test is time-bounded.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
-import asyncpg
 import pytest
 from _tool_agents import tool_agent
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from actors import ActorSystem, idempotent
 from stores import Checkpoint, OwnershipLost, SQLiteStore, Store
@@ -47,15 +44,9 @@ async def lose_lock(backend: Backend, store: Store) -> None:
     else:
         pid = store._lock_conn.get_server_pid()  # type: ignore[attr-defined]
 
-        async def terminate() -> bool:
-            conn = await asyncpg.connect(backend.target)
-            try:
-                return bool(await conn.fetchval("SELECT pg_terminate_backend($1)", pid))
-            finally:
-                await conn.close()
-
-        # asyncpg needs asyncio: its own loop in a thread, on trio too
-        assert await anyio.to_thread.run_sync(lambda: asyncio.run(terminate()))
+        assert await on_asyncpg(
+            backend.target, lambda conn: conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+        )
     with anyio.fail_after(BOUND):
         await lost.wait()
 
