@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from stores import Store
 from stores import encode_json as encode
@@ -35,15 +35,16 @@ async def _bytes_on_disk(backend: Backend) -> int:
             return int((pages - free) * size)
 
         return await anyio.to_thread.run_sync(measure)
-    conn = await asyncpg.connect(backend.target)
-    try:
+
+    async def read_size(conn: asyncpg.Connection) -> Any:
         total = await conn.fetchval(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'",
             backend.schema,
         )
-    finally:
-        await conn.close()
+        return total
+
+    total = await on_asyncpg(backend.target, read_size)
     return int(total)
 
 

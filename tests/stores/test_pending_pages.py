@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from conftest import Backend
+from conftest import Backend, on_asyncpg
 
 from stores import PendingInterrupt, PostgresStore, SQLiteStore
 from stores.sqlite._rows import pending_query, ts
@@ -41,8 +41,8 @@ async def _fill(backend: Backend, start: int, stop: int) -> None:
                 [(f"run-{i:06d}", b'{"i": %d}' % i, ts(_created(i))) for i in range(start, stop)],
             )
         return
-    conn = await asyncpg.connect(backend.target)
-    try:
+
+    async def insert_pauses(conn: asyncpg.Connection) -> None:
         await conn.executemany(
             f'INSERT INTO "{backend.schema}".pending_interrupts '
             "(execution_id, reason, context, node_id, agent_path, created_at) "
@@ -50,8 +50,8 @@ async def _fill(backend: Backend, start: int, stop: int) -> None:
             [(f"run-{i:06d}", json.dumps({"i": i}), _created(i)) for i in range(start, stop)],
         )
         await conn.execute(f'ANALYZE "{backend.schema}".pending_interrupts')
-    finally:
-        await conn.close()
+
+    await on_asyncpg(backend.target, insert_pauses)
 
 
 def _sqlite_cost(path: str, after: PendingInterrupt | None) -> int:
@@ -82,12 +82,13 @@ async def _postgres_cost(store: PostgresStore, backend: Backend, after: PendingI
         if after is None
         else ("pending_after", [PAGE, after.created_at, after.execution_id])
     )
-    conn = await asyncpg.connect(backend.target)
-    try:
+
+    async def explain(conn: asyncpg.Connection) -> Any:
         await conn.execute("SET enable_seqscan = off; SET enable_sort = off")
         found = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {store._sql[name]}", *params)
-    finally:
-        await conn.close()
+        return found
+
+    found = await on_asyncpg(backend.target, explain)
     nodes = _nodes(json.loads(found)[0]["Plan"])
     kinds = [n["Node Type"] for n in nodes]
     assert "Sort" not in kinds and "Incremental Sort" not in kinds, kinds

@@ -7,10 +7,10 @@ Every race repeats ``TETHER_STRESS_REPEAT`` times (default 5). The long loops::
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import ByteReceiveStream, Process
+from anyio.streams.buffered import BufferedByteReceiveStream
 from conftest import Backend, drop_pg_schema
 
 from stores import REENTRY_SEQ, RESUME, RESUME_KEY, AlreadyResumed, Checkpoint, Store
@@ -122,40 +124,51 @@ async def test_claim_race_between_tasks(store_backend: Backend, tasks: int) -> N
         await _close_all(stores)
 
 
-async def _spawn(args: list[str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(CHILD),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_child_env(),
+async def _spawn(args: list[str]) -> Process:
+    return await anyio.open_process(
+        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env()
     )
+
+
+async def _communicate(proc: Process) -> tuple[bytes, bytes]:
+    """Everything the child writes to stdout and to stderr until it exits; then its exit."""
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: ByteReceiveStream | None, into: bytearray) -> None:
+        assert stream is not None
+        async for chunk in stream:
+            into += chunk
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain, proc.stdout, out)
+        tg.start_soon(drain, proc.stderr, err)
+    await proc.wait()
+    return bytes(out), bytes(err)
 
 
 def _count(workdir: Path, pattern: str) -> int:
     return len(list(workdir.glob(pattern)))
 
 
-async def _wait_ready(workdir: Path, procs: list[asyncio.subprocess.Process], pattern: str) -> None:
+async def _wait_ready(workdir: Path, procs: list[Process], pattern: str) -> None:
     while _count(workdir, pattern) < len(procs):
         for proc in procs:
             if proc.returncode is not None:
-                _, err = await proc.communicate()
+                _, err = await _communicate(proc)
                 pytest.fail(f"a child died early: {err.decode()[-2000:]}")
         await anyio.sleep(0.002)
 
 
-async def _results(procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
+async def _results(procs: list[Process]) -> list[dict[str, Any]]:
     results = []
     for proc in procs:
-        out, err = await proc.communicate()
+        out, err = await _communicate(proc)
         assert proc.returncode == 0, err.decode()[-2000:]
         results.append(json.loads(out.decode().strip().splitlines()[-1]))
     return results
 
 
-async def _release_together(workdir: Path, procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
+async def _release_together(workdir: Path, procs: list[Process]) -> list[dict[str, Any]]:
     """Wait until every child is ready, let them go at once, and collect their JSON results."""
     await _wait_ready(workdir, procs, "ready-*")
     (workdir / "go").touch()
@@ -167,7 +180,7 @@ async def test_claim_race_between_processes(store_backend: Backend, tmp_path: Pa
     """Eight processes, each with its own store, claim one pause at once (per round); one wins."""
     store = store_backend.open()
     await store.setup()
-    procs: list[asyncio.subprocess.Process] = []
+    procs: list[Process] = []
     try:
         with anyio.fail_after(60 + 5 * REPEAT):
             eids = [f"proc-race-{rnd}" for rnd in range(REPEAT)]
@@ -243,7 +256,7 @@ async def test_ownership_lock_is_released_when_the_holder_is_killed(
     try:
         with anyio.fail_after(60):
             assert proc.stdout is not None
-            line = await proc.stdout.readline()
+            line = await BufferedByteReceiveStream(proc.stdout).receive_until(b"\n", 65536)
             assert json.loads(line) == {"outcome": "locked"}, line
             assert await store.try_lock("owned-run") is False
             assert await store.try_lock("other-run") is True

@@ -14,6 +14,7 @@ import anyio
 import asyncpg
 import pytest
 from _pg_support import DSN, ROOT, Counter, row, schema_fixture, store_fixture  # noqa: F401 (fixtures)
+from conftest import on_asyncpg
 
 from stores import (
     PostgresStore,
@@ -147,12 +148,12 @@ async def test_a_killed_writer_connection_is_replaced(store: PostgresStore) -> N
     await store.append(row("r", 0))
     pids = [writer.get_server_pid() for writer in store._db.writers]
     assert pids
-    conn = await asyncpg.connect(DSN)
-    try:
+
+    async def terminate_writers(conn: asyncpg.Connection) -> None:
         for pid in pids:
             await conn.execute("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await conn.close()
+
+    await on_asyncpg(DSN, terminate_writers)
     with anyio.fail_after(10):
         try:
             await store.append(row("r", 1))
@@ -190,14 +191,14 @@ async def _advisory_locks_of(store: PostgresStore) -> int:
     conn = store._lock_conn
     assert conn is not None
     pid = conn.get_server_pid()
-    probe = await asyncpg.connect(DSN)
-    try:
-        found: int = await probe.fetchval(
+
+    async def read_locks(conn: asyncpg.Connection) -> int:
+        found: int = await conn.fetchval(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND granted", pid
         )
-    finally:
-        await probe.close()
-    return found
+        return found
+
+    return await on_asyncpg(DSN, read_locks)
 
 
 async def test_many_owned_runs_hold_one_advisory_lock(store: PostgresStore, schema: str) -> None:

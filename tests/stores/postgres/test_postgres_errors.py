@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import asyncpg
 import pytest
 from _pg_support import DSN, closed_port, schema_fixture
-from conftest import PgSchema
+from conftest import PgSchema, on_asyncpg
 
 from stores import InvalidStoreURL, PostgresStore, StoreError, StoreUnavailable
 from stores.testing import make_row
@@ -73,13 +72,11 @@ async def weak_role(pg_schema: PgSchema) -> AsyncIterator[str]:
     """A login role that may connect (PUBLIC may) but not create a schema (nobody may by default),
     dropped afterwards."""
     role = f"weak_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(DSN)
+    await on_asyncpg(DSN, lambda conn: conn.execute(f'CREATE ROLE "{role}" LOGIN'))
     try:
-        await conn.execute(f'CREATE ROLE "{role}" LOGIN')
         yield role
     finally:
-        await conn.execute(f'DROP OWNED BY "{role}"; DROP ROLE "{role}"')
-        await conn.close()
+        await on_asyncpg(DSN, lambda conn: conn.execute(f'DROP OWNED BY "{role}"; DROP ROLE "{role}"'))
 
 
 @server

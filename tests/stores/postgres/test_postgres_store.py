@@ -14,7 +14,7 @@ import asyncpg
 import msgspec
 import pytest
 from _pg_support import DSN, ROOT, Counter, closed_port, pause, resume_row, row, schema_fixture, store_fixture  # noqa: F401 (fixtures)
-from conftest import V1_LOGS, V1_ROWS, check_v1_history
+from conftest import V1_LOGS, V1_ROWS, check_v1_history, on_asyncpg
 
 from stores import (
     AlreadyResumed,
@@ -78,11 +78,12 @@ async def test_concurrent_setup_on_fresh_schema_all_succeed(schema: str) -> None
     finally:
         for s in stores:
             await s.close()
-    conn = await asyncpg.connect(DSN)
-    try:
+
+    async def read_versions(conn: asyncpg.Connection) -> list[asyncpg.Record]:
         versions = await conn.fetch(f'SELECT version FROM "{schema}".schema_version')
-    finally:
-        await conn.close()
+        return versions
+
+    versions = await on_asyncpg(DSN, read_versions)
     assert sorted(v[0] for v in versions) == list(range(1, SCHEMA_VERSION + 1))  # each applied once
 
 
@@ -118,8 +119,8 @@ async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: 
 
     version, ddl = _MIGRATIONS[0]
     assert version == 1
-    conn = await asyncpg.connect(DSN)
-    try:
+
+    async def write_schema_1(conn: asyncpg.Connection) -> None:
         await conn.execute(
             f'CREATE SCHEMA "{schema}"; CREATE TABLE "{schema}".schema_version '
             "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); "
@@ -149,8 +150,8 @@ async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: 
                     idx,
                     msgspec.json.encode(message).decode(),
                 )
-    finally:
-        await conn.close()
+
+    await on_asyncpg(DSN, write_schema_1)
 
     async with PostgresStore(DSN, schema=schema) as store:
         await check_v1_history(store)
@@ -164,13 +165,14 @@ async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: 
             more,
             [*more, {"role": "user", "content": "a7"}],
         ]
-    conn = await asyncpg.connect(DSN)
-    try:
+
+    async def read_schema(conn: asyncpg.Connection) -> tuple[list[int], Any, Any]:
         versions = [r[0] for r in await conn.fetch(f'SELECT version FROM "{schema}".schema_version')]
         table = await conn.fetchval(f"SELECT to_regclass('\"{schema}\".messages')")
         index = await conn.fetchval(f"SELECT to_regclass('\"{schema}\".pending_interrupts_created_idx')")
-    finally:
-        await conn.close()
+        return versions, table, index
+
+    versions, table, index = await on_asyncpg(DSN, read_schema)
     assert sorted(versions) == list(range(1, SCHEMA_VERSION + 1))
     assert table is None and index is not None
     assert await _message_rows(schema) == len(V1_LOGS["a"]) + 2 + len(V1_LOGS["b"])  # each stored once
@@ -178,11 +180,11 @@ async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: 
 
 async def test_newer_schema_is_refused(store: PostgresStore, schema: str) -> None:
     await store.setup()
-    conn = await asyncpg.connect(DSN)
-    try:
+
+    async def add_newer_version(conn: asyncpg.Connection) -> None:
         await conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES ($1)', SCHEMA_VERSION + 7)
-    finally:
-        await conn.close()
+
+    await on_asyncpg(DSN, add_newer_version)
     fresh = PostgresStore(DSN, schema=schema)
     with pytest.raises(IncompatibleSchema) as info:
         await fresh.setup()
@@ -288,14 +290,13 @@ async def test_run_exists_after_prune_removed_seq_zero(store: PostgresStore) -> 
 
 
 async def _message_rows(schema: str) -> int:
-    conn = await asyncpg.connect(DSN)
-    try:
+    async def read_count(conn: asyncpg.Connection) -> int:
         count: int = await conn.fetchval(
             f'SELECT coalesce(sum(json_array_length(new_messages)), 0) FROM "{schema}".checkpoints'
         )
         return count
-    finally:
-        await conn.close()
+
+    return await on_asyncpg(DSN, read_count)
 
 
 async def test_resumed_run_in_new_store_does_not_copy_conversation(store: PostgresStore, schema: str) -> None:
