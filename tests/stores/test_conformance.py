@@ -5,38 +5,20 @@ SQLite and PostgreSQL run it under both of anyio's event loops (asyncio and trio
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import asyncpg
 import pytest
 from _memory_store import MemoryDatabase, MemoryStore
+from conftest import on_asyncpg
 
 from stores import PostgresStore, SQLiteStore, Store
 from stores.testing import StoreConformance
 
-T = TypeVar("T")
-
 #: anyio's event loops the stores are checked under.
 LOOPS = ["asyncio", "trio"]
-
-
-async def _on_asyncpg(fn: Callable[[asyncpg.Connection], Awaitable[T]], dsn: str) -> T:
-    """``fn`` on a raw asyncpg connection of its own. asyncpg runs only on asyncio: under any
-    event loop this runs on a loop of its own in a worker thread."""
-
-    async def run() -> T:
-        conn = await asyncpg.connect(dsn)
-        try:
-            return await fn(conn)
-        finally:
-            await conn.close()
-
-    return await anyio.to_thread.run_sync(asyncio.run, run())
 
 
 class TestSQLiteStore(StoreConformance):
@@ -97,7 +79,7 @@ class TestPostgresStore(StoreConformance):
             version = await conn.fetchval(f"SELECT max(version) FROM {table}")
             await conn.execute(f"INSERT INTO {table}(version) VALUES ($1)", version + 1)
 
-        await _on_asyncpg(bump, self.dsn)
+        await on_asyncpg(self.dsn, bump)
 
     async def raw_checkpoint_ids(self, execution_id: str) -> list[str]:
         sql = f'SELECT checkpoint_id FROM "{self.schema}".checkpoints WHERE execution_id = $1'
@@ -105,7 +87,7 @@ class TestPostgresStore(StoreConformance):
         async def ids(conn: asyncpg.Connection) -> list[str]:
             return [r[0] for r in await conn.fetch(sql, execution_id)]
 
-        return await _on_asyncpg(ids, self.dsn)
+        return await on_asyncpg(self.dsn, ids)
 
 
 class TestMemoryModel(StoreConformance):
