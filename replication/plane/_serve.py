@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from stores import InvalidStoreURL, Store, open_store
 
 from ._app import create_app
+from ._uvicorn import run_server
 
 __all__ = ["serve", "tenant_store_url"]
 
@@ -31,7 +33,8 @@ def tenant_store_url(base: str, tenant: str) -> str:
 async def serve(
     store_url: str, keys: Mapping[str, str], *, host: str = "127.0.0.1", port: int = 8787
 ) -> None:
-    """Serve the plane until cancelled (uvicorn; ``keys`` maps each API key to its tenant)."""
+    """Serve the plane until cancelled (uvicorn, under asyncio or trio; ``keys`` maps each API key to
+    its tenant)."""
     import uvicorn  # the optional extra ``plane``
 
     tenant_store_url(store_url, "t")  # refuse a bad URL before listening
@@ -39,5 +42,7 @@ async def serve(
     def tenant_store(tenant: str) -> Store:
         return open_store(tenant_store_url(store_url, tenant))
 
-    config = uvicorn.Config(create_app(keys, tenant_store), host=host, port=port, log_level="warning")
-    await uvicorn.Server(config).serve()
+    # A factory: the app (and the lock it keeps) is made on the loop that serves it.
+    app = functools.partial(create_app, keys, tenant_store)
+    config = uvicorn.Config(app, factory=True, host=host, port=port, log_level="warning")
+    await run_server(uvicorn.Server(config))

@@ -4,7 +4,7 @@ Layout: ``_app`` holds the pages (runs with status filters, one run's timeline w
 as a tree and each row's replication state, a diff of any two rows, the pending approvals with
 Approve / Reject) as Starlette routes rendering the Jinja2 templates of ``templates/``; ``_guard``
 the protections (the ``Host`` header, the optional access token, the CSRF token of every form).
-:func:`serve` binds 127.0.0.1 only and runs the app on uvicorn. No JavaScript.
+:func:`serve` binds 127.0.0.1 only and runs the app on uvicorn (under asyncio or trio). No JavaScript.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import anyio
 import uvicorn
 
+from replication.plane import run_server
 from stores import open_store
 
 from .._commands._common import Runner
@@ -56,7 +57,7 @@ async def serve(
     server = uvicorn.Server(config)
     address = f"http://{HOST}:{bound}/" + (f"?token={token}" if token else "")
     async with anyio.create_task_group() as group:
-        group.start_soon(server.serve, [sock])
+        group.start_soon(run_server, server, [sock])
         while not server.started:
             if server.should_exit:
                 return
