@@ -32,7 +32,8 @@ DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 @pytest.fixture
 def anyio_backend() -> str:
-    """asyncio; ``TETHER_TEST_LOOP=trio`` runs the tests that do not choose their loop under trio."""
+    """asyncio; ``TETHER_TEST_LOOP=trio`` runs the tests that do not choose their loop under trio
+    (and the child processes of the run tests, which read it too)."""
     return os.environ.get("TETHER_TEST_LOOP", "asyncio")
 
 

@@ -84,4 +84,4 @@ async def main(backend: str, target: str, schema: str, workdir: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:])
+    anyio.run(main, *sys.argv[1:], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))

@@ -140,4 +140,4 @@ def cli_agent() -> Agent:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:])
+    anyio.run(main, *sys.argv[1:], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))

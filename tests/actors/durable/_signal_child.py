@@ -8,6 +8,7 @@ true}``, then for each line ``ID NAME PAYLOAD_JSON`` read from stdin sends that 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import anyio
@@ -35,4 +36,4 @@ async def main(backend: str, target: str, schema: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    anyio.run(main, *sys.argv[1:4], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))

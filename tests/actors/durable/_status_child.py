@@ -53,4 +53,4 @@ async def main(mode: str, backend: str, target: str, schema: str, workdir: str, 
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:7])
+    anyio.run(main, *sys.argv[1:7], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))

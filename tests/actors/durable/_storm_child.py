@@ -6,6 +6,7 @@ then works; exit 0 when every order's run completed. The parent kills it with SI
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -61,4 +62,10 @@ async def main(backend: Backend, first: int, last: int) -> None:
 
 if __name__ == "__main__":
     name, target, schema, first, last = sys.argv[1:6]
-    anyio.run(main, Backend(name, target, "" if schema == "-" else schema), int(first), int(last))
+    anyio.run(
+        main,
+        Backend(name, target, "" if schema == "-" else schema),
+        int(first),
+        int(last),
+        backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"),
+    )

@@ -70,5 +70,5 @@ async def main(mode: str, db: str, base_url: str, execution_id: str) -> None:
 if __name__ == "__main__":
     mode, db, spans, base_url, execution_id = sys.argv[1:6]
     provider = configure(spans)
-    anyio.run(main, mode, db, base_url, execution_id)
+    anyio.run(main, mode, db, base_url, execution_id, backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     provider.shutdown()

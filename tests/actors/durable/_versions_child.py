@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -125,4 +126,4 @@ async def main(
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:])
+    anyio.run(main, *sys.argv[1:], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))

@@ -173,6 +173,7 @@ def crashing_agent(marks: Path) -> Agent:
 
 CRASH_CHILD = textwrap.dedent(
     """
+    import os
     import sys
     from pathlib import Path
 
@@ -182,7 +183,7 @@ CRASH_CHILD = textwrap.dedent(
     from conftest import Backend
     from test_idempotent_runs import crash_child
 
-    anyio.run(crash_child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]))
+    anyio.run(crash_child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]), backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 

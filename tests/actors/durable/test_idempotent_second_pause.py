@@ -97,6 +97,7 @@ async def test_a_cancelled_pause_recovered_and_paused_again_charges_once(
 
 CHILD = textwrap.dedent(
     """
+    import os
     import sys
     from pathlib import Path
 
@@ -106,7 +107,7 @@ CHILD = textwrap.dedent(
     from conftest import Backend
     from test_idempotent_second_pause import child
 
-    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]))
+    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]), backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 

@@ -113,7 +113,7 @@ async def test_one_process_owns_15000_live_runs(pg_schema: PgSchema) -> None:
 async def test_four_processes_own_5000_live_runs_each(pg_schema: PgSchema, tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
-        import anyio, sys
+        import anyio, os, sys
         from actors import ActorSystem
         from stores import PostgresStore
         from test_ownership_scale import _waiting_agent
@@ -128,7 +128,7 @@ async def test_four_processes_own_5000_live_runs_each(pg_schema: PgSchema, tmp_p
                     print("owning", flush=True)
                     await anyio.sleep(600)
 
-        anyio.run(main, sys.argv[1])
+        anyio.run(main, sys.argv[1], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
         """
     )
     env = {

@@ -144,7 +144,7 @@ CRASH_CHILD = textwrap.dedent(
     import anyio
     from conftest import Backend
     from test_refused_output import crash_after_tool_row
-    anyio.run(crash_after_tool_row, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), sys.argv[4])
+    anyio.run(crash_after_tool_row, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), sys.argv[4], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 

@@ -602,12 +602,13 @@ async def test_current_run_inside_and_outside_a_tool(tmp_path: Path) -> None:
 
 CRASH_CHILD = textwrap.dedent(
     """
+    import os
     import sys
     sys.path[:0] = [{tests!r}, {here!r}]
     import anyio
     from conftest import Backend
     from test_runs import crash_child
-    anyio.run(crash_child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), sys.argv[4])
+    anyio.run(crash_child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), sys.argv[4], backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 

@@ -89,6 +89,7 @@ async def test_an_enqueued_run_cancelled_before_any_worker_took_it_stays_failed(
 
 CHILD = textwrap.dedent(
     """
+    import os
     import sys
     from pathlib import Path
 
@@ -98,7 +99,7 @@ CHILD = textwrap.dedent(
     from conftest import Backend
     from test_sweep_failed_runs import child
 
-    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]))
+    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), Path(sys.argv[4]), backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 

@@ -185,6 +185,7 @@ async def test_max_handoffs_counts_the_hops_before_a_pause(store_backend: Backen
 
 CHILD = textwrap.dedent(
     """
+    import os
     import sys
     from pathlib import Path
 
@@ -194,7 +195,7 @@ CHILD = textwrap.dedent(
     from conftest import Backend
     from test_topology_reentry_rules import child
 
-    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""))
+    anyio.run(child, Backend(*sys.argv[1:3], sys.argv[3] if sys.argv[3] != "-" else ""), backend=os.environ.get("TETHER_TEST_LOOP", "asyncio"))
     """
 )
 
