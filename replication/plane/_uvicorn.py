@@ -38,8 +38,10 @@ async def run_server(server: uvicorn.Server, sockets: list[socket.socket] | None
 async def _serve_on_own_loop(server: uvicorn.Server, sockets: list[socket.socket] | None) -> None:
     """The server on an asyncio loop in a worker thread. A cancel sets ``should_exit`` (uvicorn
     looks at it every 0.1 s), waits up to :data:`SHUTDOWN_GRACE` seconds for the server to stop,
-    then sets ``force_exit``; the thread has ended when this returns. The server's own error
-    (``SystemExit`` when it cannot start) is raised here as it is, not in a group."""
+    then sets ``force_exit`` and waits for the thread, which cannot be cancelled (forced, uvicorn no
+    longer waits for connections or requests, only for the app's lifespan to end): the thread has
+    ended when this returns. The server's own error (``SystemExit`` when it cannot start) is raised
+    here as it is, not in a group."""
     stopped = anyio.Event()
     failed: list[BaseException] = []
 
