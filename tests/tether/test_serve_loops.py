@@ -1,6 +1,6 @@
 """The inspector's and the reference plane's ``serve``, awaited from either of anyio's loops: each
-answers over loopback, and a cancel stops it (uvicorn speaks only asyncio: under trio it serves from
-an asyncio loop of its own in a thread)."""
+answers over loopback, and a cancel stops it quietly, its app's lifespan ended (uvicorn speaks only
+asyncio: under trio it serves from an asyncio loop of its own in a thread)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ async def test_the_inspector_serves_and_stops(tmp_path: Path) -> None:
             cancelled = time.monotonic()
             group.cancel_scope.cancel()
     assert time.monotonic() - cancelled < STOPS_WITHIN
+    assert not (tmp_path / "i.db-wal").exists()  # the app's lifespan ended: its store is closed
 
 
 async def test_the_plane_serves_and_stops(tmp_path: Path) -> None:
@@ -87,4 +88,5 @@ async def test_the_plane_serves_and_stops(tmp_path: Path) -> None:
             cancelled = time.monotonic()
             group.cancel_scope.cancel()
     assert time.monotonic() - cancelled < STOPS_WITHIN
+    assert not (tmp_path / "plane.t.db-wal").exists()  # the app's lifespan ended: its store is closed
     assert (tmp_path / "plane.t.db").exists()
