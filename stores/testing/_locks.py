@@ -72,6 +72,30 @@ class LockTests(ConformanceBase):
             assert await store.try_lock("mid-step") and await store.try_lock("queued")
             assert await found() == []
 
+    async def test_ownership_reads_the_live_owners_and_the_queue_together(self, store: Store) -> None:
+        """``ownership(ids)`` is ``owned(ids)`` and ``unowned(ids)`` in one read: a run held by a
+        live owner in the first set, a run handed to the fleet in the second, a rested run or a
+        dead owner's in neither."""
+        with self.bounded():
+            fleet = self.ownership(store)
+            ids = ["held", "queued", "rested", "dead", "unknown"]
+            dying = await self.open_store()
+            for eid in ("held", "queued", "rested"):
+                assert await store.try_lock(eid)
+                await store.append(make_row(eid, 0))
+            await store.append(run_end_row("rested", 1))
+            await store.unlock("rested")
+            await store.unlock("queued")  # released mid-step: the fleet's
+            assert await dying.try_lock("dead")
+            await dying.append(make_row("dead", 0))
+            await self.close_store(dying)
+            found = await fleet.ownership(ids)
+            assert found == ({"held"}, {"queued"})
+            assert found == (await store.owned(ids), await fleet.unowned(ids))
+            assert await fleet.ownership([]) == (set(), set())
+            assert await store.try_lock("queued") and await store.try_lock("dead")  # a sweep's takes
+            assert await fleet.ownership(ids) == ({"held", "queued", "dead"}, set())
+
     async def test_expired_lists_pauses_past_their_deadline(self, store: Store) -> None:
         with self.bounded():
             fleet = self.ownership(store)
