@@ -222,7 +222,7 @@ class StepLog:
         """Where the model call of ``row`` streams its text (None: nobody can listen)."""
         return self._hub.text_sink(row) if self._hub is not None else None
 
-    def step(self, row: Checkpoint) -> None:
+    def committed(self, row: Checkpoint) -> None:
         """``row`` was committed: publish it, and log it with the step it starts."""
         self.last = row
         if self._hub is not None:
@@ -474,7 +474,7 @@ class RunLog:
     def _written(self, row: Checkpoint) -> bool:
         """``row`` was committed: tell the log, the first row's waiter, and ``after_row``; whether
         ``after_row`` cancelled the activation."""
-        self.log.step(row)
+        self.log.committed(row)
         if self._on_first_row is not None:
             notify, self._on_first_row = self._on_first_row, None
             notify()
@@ -484,7 +484,7 @@ class RunLog:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
         for every claimer but one), riding out a store outage."""
         await self._outlast(lambda: self.store.claim(row), row)
-        self.log.step(row)
+        self.log.committed(row)
 
     async def pause(
         self, row: Checkpoint, reason: str, context: dict[str, Any], expires_in: float | None = None
@@ -502,7 +502,7 @@ class RunLog:
             expires_at=None if expires_in is None else pause.created_at + timedelta(seconds=expires_in),
         )
         await self._outlast(lambda: self.store.append_pause(pause, pending), pause)
-        self.log.step(pause)
+        self.log.committed(pause)
         return pending
 
     async def rest(
@@ -513,7 +513,7 @@ class RunLog:
         extra = {} if wake_at is None else {WAKE_AT: wake_at.isoformat()}
         wait = self._interrupted(row, WAIT, reason, context, extra)
         await self._outlast(lambda: self.store.append_wait(wait, name, wake_at), wait)
-        self.log.step(wait)
+        self.log.committed(wait)
 
     def _interrupted(
         self, row: Checkpoint, step_type: str, reason: str, context: dict[str, Any], extra: dict[str, Any]
