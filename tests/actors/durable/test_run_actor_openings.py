@@ -2,12 +2,13 @@
 
 - A run handed to the fleet mid-step (its worker stopped serving) answers the request it was
   driving with ``ActorStopped``, saying a sweep of any worker goes on with it from its newest row.
-- A spawn of an id that a live owner of another store holds raises ``RunExists``, writes no row and
-  leaves nothing live or reserved here: once the other store lets go, the id can be spawned.
+- A spawn of an id that a live owner holds raises ``RunExists``, writes no row and leaves nothing
+  live or reserved here: once the owner lets go, the id can be spawned. The owner is another store
+  on the same database (its first row is refused) or this very store (its take is refused).
 - A first row that takes longer than its bound makes the spawn raise ``TimeoutError`` naming the run
   and the bound, and the run's take is released (the id can be spawned again at once).
-- A traced spawn whose opening fails ends its ``invoke_agent`` span with the error, and leaves no
-  span current in the caller.
+- A traced spawn whose opening fails (its take refused, or its first row) ends its ``invoke_agent``
+  span with the error, and leaves no span current in the caller.
 
 Every test is time-bounded.
 """
@@ -138,6 +139,24 @@ async def test_a_spawn_of_an_id_another_store_holds_is_refused_and_leaves_nothin
                 assert (result.status, result.output) == ("completed", "answer: hi")
 
 
+async def test_a_spawn_of_an_id_its_own_store_holds_is_refused_before_any_write(
+    store_backend: Backend,
+) -> None:
+    """The take itself is refused (this store holds the run already: a take of its own in flight)."""
+    agent = answering_agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        with anyio.fail_after(LIMIT):
+            assert await store.try_lock("held")
+            with pytest.raises(RunExists):
+                await system.spawn(agent, "hi", execution_id="held")
+            assert await store.latest("held") is None
+            assert system.runtime.lookup("held") is None
+            assert not system.runtime.registry.reserved("held")
+            await store.unlock("held")
+            result = await (await system.spawn(agent, "hi", execution_id="held")).result()
+            assert (result.status, result.output) == ("completed", "answer: hi")
+
+
 async def test_a_first_row_past_its_bound_times_out_and_releases_the_run(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,6 +203,26 @@ async def test_a_traced_spawn_refused_its_take_ends_its_span_with_the_error(
     assert span.status.description == f"RunExists: {refused.value}"
     assert span.attributes["error.type"] == "RunExists"
     assert [event.name for event in span.events] == ["exception"]
+
+
+async def test_a_traced_spawn_refused_by_its_own_store_ends_its_span_with_the_error(
+    spans: InMemorySpanExporter,  # noqa: F811
+    store_backend: Backend,
+) -> None:
+    agent = answering_agent()
+    async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+        with anyio.fail_after(LIMIT):
+            assert await store.try_lock("held")
+            with pytest.raises(RunExists) as refused:
+                await system.spawn(agent, "hi", execution_id="held")
+            assert not trace.get_current_span().get_span_context().is_valid  # nothing left current
+            await store.unlock("held")
+    [span] = invoke_agent_spans(spans)
+    assert span.end_time is not None
+    assert span.attributes is not None and span.attributes["tether.execution_id"] == "held"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == f"RunExists: {refused.value}"
+    assert span.attributes["error.type"] == "RunExists"
 
 
 async def test_a_traced_spawn_whose_first_row_times_out_ends_its_span_with_the_error(
