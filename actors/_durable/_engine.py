@@ -139,11 +139,13 @@ class AgentLevel(Level):
         self._fresh = True
         return TakeTurn(0)
 
-    async def opening(self, messages: Sequence[Message]) -> Next | None:
+    async def opening(self, messages: Sequence[Message], *, queued: bool = False) -> Next | None:
         if self.agent.max_turns < 1:
             return None  # the first step refuses the run (MaxTurnsExceeded)
-        if self.agent.sources:
+        if self.agent.sources and not queued:
             return None  # the first step writes it, in the activation, once the tools are listed
+        # (A queued run's row is written now, without its sources' tools: the worker that takes it
+        # lists them, as for a run with none recorded, and records them on its next row.)
         self.rows.start_at(0)
         await self.begin(messages)
         row = self._turn_row(0)

@@ -201,10 +201,11 @@ class Level:
         self.rows.start_at(0)
         return await self.begin(messages)
 
-    async def opening(self, messages: Sequence[Message]) -> Next | None:
+    async def opening(self, messages: Sequence[Message], *, queued: bool = False) -> Next | None:
         """A fresh run from ``messages`` whose first row is written here and now, by the task that
-        calls it (``spawn``'s caller, so the row is queued before any other task runs); the step that
-        follows the row. ``None``, writing nothing, when a step writes the first row (a topology)."""
+        calls it (``spawn``'s caller, so the row is queued before any other task runs; ``enqueue``'s,
+        ``queued``, which hands the run to its queue after); the step that follows the row. ``None``,
+        writing nothing, when a step writes the first row (a topology)."""
         return None
 
     async def fork(self, base: Checkpoint, appended: Message | None) -> Next:

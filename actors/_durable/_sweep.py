@@ -42,7 +42,6 @@ from stores import (
     DEFAULT_QUEUE,
     HITL_PAUSE,
     INTERRUPTED,
-    LLM_CALL,
     RECOVER,
     RESUME,
     WAIT,
@@ -60,12 +59,13 @@ from stores import (
 
 from .._core import tether_logger
 from ..models import Message
-from ..models._types import Transcript
 from ._admission import admit
 from ._agent import Agent
+from ._engine import level_of
 from ._errors import RunnerNotFound, held_elsewhere, nothing_to_claim
 from ._messages import Recover, Resume
 from ._owned import owned
+from ._run_actor import write_opening
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
 from ._schedules import start_due
@@ -162,16 +162,8 @@ class FleetWorker:
                 fingerprint=runner.fingerprint,
             )
             rows.traceparent = caller_traceparent()  # the run's trace starts under the caller's span
-            transcript = Transcript(messages)
-            await rows.append(
-                rows.row(
-                    node_id="turn:0",
-                    step_type=LLM_CALL,
-                    step_index=0,
-                    snapshot={"messages": transcript.snapshot(), "turn": 0},
-                    agent_path=runner.label,
-                )
-            )
+            # Written as a spawn writes it; then no actor starts here: the run goes to its queue.
+            await write_opening(level_of(runner, rows, runner.label, runner), messages, queued=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
                 handing = True
                 await store.hand_off(run_id, queue, key, priority)  # into its queue
