@@ -4,9 +4,10 @@ Ownership is the store's (``stores._owners``): a live activation owns its run th
 liveness lock, and a run whose owner died, or that was handed to the fleet, is an orphan the store
 lists without reading the resting runs. Here:
 
-* :meth:`FleetWorker.enqueue` writes a run's first row as this process, then releases it without driving
-  it; a run released mid-step is handed to the fleet (the store records it with no owner), and any
-  sweep takes it. (A crash between the two leaves the run owned by a dead
+* :meth:`FleetWorker.enqueue` writes a run's first row as this process, as a spawn does (the level's
+  opening, ``write_opening``), then hands the run to its queue without starting an actor for it; a
+  run released mid-step is handed to the fleet (the store records it with no owner), and any sweep
+  takes it. (A crash between the two leaves the run owned by a dead
   owner: an orphan too.)
 * :meth:`FleetWorker.sweep` takes each orphan it has the runner for and drives it from its newest row, as
   ``system.resume(id)`` would, through the run's actor (so a live activation in this process is never
@@ -140,7 +141,8 @@ class FleetWorker:
     ) -> str:
         """Write the run's first row and leave the run in ``queue`` for any process of the fleet to
         take, under the queue's limits (``key`` is what ``per_key`` counts by; higher ``priority``
-        first, then oldest).
+        first, then oldest). The row is written as a spawn writes it, shielded and bounded like the
+        hand-off that follows: a caller cancelled meanwhile still leaves the run in its queue.
 
         The runner is an :class:`~actors.Agent` (a Swarm or a Supervisor starts with ``spawn``)."""
         if not isinstance(runner, Agent):
