@@ -14,7 +14,7 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -63,28 +63,15 @@ if TYPE_CHECKING:
     from ._follow import EventHub
     from .topologies import Runner
 
-__all__ = ["Opening", "RunActor", "write_opening"]
+__all__ = ["Opening", "RunActor"]
 
 _log = tether_logger()
 #: Bound on releasing the ownership lock after an activation (shielded).
 _UNLOCK_TIMEOUT = 5.0
-#: Bound on writing a new run's first row from its caller's task (shielded, so its outcome is known).
+#: Bound on writing a spawn's first row from its caller's task (shielded, so its outcome is known).
 _OPEN_TIMEOUT = 30.0
 #: How long a run abandoned on a lost lock waits for an ``@idempotent`` body in flight (seconds).
 _BODY_BOUND = 30.0
-
-
-async def write_opening(engine: Level, messages: Sequence[Message], *, queued: bool = False) -> Next | None:
-    """Write a new run's first row, the opening of its level (``queued``: an enqueued run's, see
-    :meth:`~._level.Level.opening`), shielded and bounded by :data:`_OPEN_TIMEOUT` so its outcome is
-    known: a caller cancelled meanwhile leaves the row written. The step after the row (``None``: a
-    step writes it); ``TimeoutError`` past the bound. The one writer of a spawn's and an enqueue's
-    first row: what follows the row is theirs (the actor launched, or the run handed to its queue)."""
-    with shielded(_OPEN_TIMEOUT) as scope:
-        after = await engine.opening(messages, queued=queued)
-    if scope.cancelled_caught:
-        raise TimeoutError(f"the first row of run {engine.execution_id!r} took over {_OPEN_TIMEOUT} s")
-    return after
 
 
 class Opening:
@@ -159,10 +146,13 @@ class RunActor(Actor):
         try:
             token = trace.enter() if trace is not None else None
             try:
-                opening.next = await write_opening(engine, opening.messages)
+                with shielded(_OPEN_TIMEOUT) as scope:
+                    opening.next = await engine.opening(opening.messages)
             finally:
                 if trace is not None:
                     trace.leave(token)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"the first row of run {self.execution_id!r} took over {_OPEN_TIMEOUT} s")
             launch()
         except BaseException as error:
             self._opening = None

@@ -5,7 +5,7 @@ liveness lock, and a run whose owner died, or that was handed to the fleet, is a
 lists without reading the resting runs. Here:
 
 * :meth:`FleetWorker.enqueue` writes a run's first row as this process, as a spawn does (the level's
-  opening, ``write_opening``), then hands the run to its queue without starting an actor for it; a
+  opening), then hands the run to its queue without starting an actor for it; a
   run released mid-step is handed to the fleet (the store records it with no owner), and any sweep
   takes it. (A crash between the two leaves the run owned by a dead
   owner: an orphan too.)
@@ -66,7 +66,6 @@ from ._engine import level_of
 from ._errors import RunnerNotFound, held_elsewhere, nothing_to_claim
 from ._messages import Recover, Resume
 from ._owned import owned
-from ._run_actor import write_opening
 from ._runlog import RunLog, StepLog
 from ._runs import Runs
 from ._schedules import start_due
@@ -141,8 +140,8 @@ class FleetWorker:
     ) -> str:
         """Write the run's first row and leave the run in ``queue`` for any process of the fleet to
         take, under the queue's limits (``key`` is what ``per_key`` counts by; higher ``priority``
-        first, then oldest). The row is written as a spawn writes it, shielded and bounded like the
-        hand-off that follows: a caller cancelled meanwhile still leaves the run in its queue.
+        first, then oldest). The row is the one a spawn writes (the level's opening); no actor
+        starts for the run here.
 
         The runner is an :class:`~actors.Agent` (a Swarm or a Supervisor starts with ``spawn``)."""
         if not isinstance(runner, Agent):
@@ -164,8 +163,9 @@ class FleetWorker:
                 fingerprint=runner.fingerprint,
             )
             rows.traceparent = caller_traceparent()  # the run's trace starts under the caller's span
-            # Written as a spawn writes it; then no actor starts here: the run goes to its queue.
-            await write_opening(level_of(runner, rows, runner.label, runner), messages, queued=True)
+            # Written as a spawn writes it (the level's opening); then no actor starts here, the run
+            # goes to its queue. Not shielded: a caller cancelled meanwhile leaves the run released.
+            await level_of(runner, rows, runner.label, runner).opening(messages, queued=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
                 handing = True
                 await store.hand_off(run_id, queue, key, priority)  # into its queue

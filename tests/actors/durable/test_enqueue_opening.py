@@ -2,9 +2,8 @@
 its queue instead of starting an actor.
 
 What must hold: the row is the one a spawn of the same agent and input writes, no actor is left in
-the process, an agent with tool sources gets its row at once (its tools are listed and recorded by the
-worker that takes it), and a caller cancelled while the row is written leaves a queued run that any
-sweep takes. Every test is time-bounded.
+the process, and an agent with tool sources gets its row at once (its tools are listed and recorded
+by the worker that takes it). Every test is time-bounded.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import pytest
 from conftest import Backend
 
@@ -134,43 +132,3 @@ async def test_an_enqueue_of_an_agent_with_sources_writes_its_row_and_the_worker
             assert [
                 row.state_snapshot[RECORD][0]["name"] for row in rows if RECORD in row.state_snapshot
             ] == ["lookup"]
-
-
-class _HeldFirstRow(SQLiteStore):
-    """A SQLite store whose first row of a run waits for ``go`` once its append began."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.entered, self.go = anyio.Event(), anyio.Event()
-
-    async def append(self, row: Checkpoint) -> None:
-        if row.seq == 0:
-            self.entered.set()
-            await self.go.wait()
-        await super().append(row)
-
-
-async def test_an_enqueue_cancelled_while_its_first_row_is_written_leaves_a_queued_run(
-    sqlite_path: Path,
-) -> None:
-    agent = _agent()
-    went_on = False
-
-    async def caller(system: ActorSystem) -> None:
-        nonlocal went_on
-        await system.enqueue(agent, "o3", execution_id="e3")
-        await anyio.lowlevel.checkpoint()
-        went_on = True
-
-    async with _HeldFirstRow(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
-        with anyio.fail_after(LIMIT):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(caller, system)
-                await store.entered.wait()
-                tg.cancel_scope.cancel()  # the caller goes away while its row is written
-                store.go.set()
-            assert not went_on
-            assert (await system.status("e3")).status == "queued"
-            assert system.runtime.live_keyed() == []
-            assert await system.sweep() == 1
-            assert (await system.ref("e3").result(timeout=LIMIT)).status == "completed"
