@@ -135,6 +135,26 @@ class Registry:
         self._entries[key] = _Entry()
         return True
 
+    async def reserve_when_free(self, key: Hashable) -> bool:
+        """:meth:`reserve` ``key`` once no actor holds it: an activation under way is waited for,
+        and an actor on its way out until its task has exited (bounded by its time-bounded stop).
+        ``False`` when a live, accepting actor or another reservation has it by then."""
+        while True:
+            entry = self._entries.get(key)
+            if entry is None:
+                return self.reserve(key)
+            if not entry.ready.is_set():  # an activation or a reservation: see how it ends
+                await entry.ready.wait()
+                continue
+            cell = entry.cell
+            if cell is None:  # a failed activation left behind by a cancelled caller
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+                continue
+            if cell.accepting:
+                return False
+            await cell.exited.wait()
+
     def reserved(self, key: Hashable) -> bool:
         """Whether ``key`` is held by :meth:`reserve` and not activated yet."""
         entry = self._entries.get(key)

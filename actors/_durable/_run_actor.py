@@ -297,9 +297,8 @@ class RunActor(Actor):
                 return await engine.cancel(reason)
             case GiveUp(error=error):
                 return await engine.cancel("max_recoveries", error=error)
-            case Spawn(messages=messages):
-                start = [Message.from_dict(m) for m in messages]
-                return await self._owned(ctx, engine, lambda: engine.start(start), refuse=RunExists, new=True)
+            case Spawn():  # a spawn's caller opens the run itself (``open``): it comes only so
+                raise TypeError(f"run {self.execution_id!r}: a spawn comes with its opening")
             case SpawnFork(base=base, appended=appended):
                 extra = Message.from_dict(appended) if appended is not None else None
                 return await self._owned(

@@ -181,8 +181,9 @@ class Runs:
             raise RunExists(f"run {run_id!r} is already live in this process")
         store = await self._store()
         spawn = Spawn([m.to_dict() for m in messages])
-        if not registry.reserve(run_id):  # an actor for the id is on its way out: deliver as usual
-            return await self._started(run_id, await self._deliver(store, runner, run_id, spawn))
+        # An actor of the id on its way out (a request for a run with no rows) is waited for.
+        if not await registry.reserve_when_free(run_id):
+            raise RunExists(f"run {run_id!r} is already live in this process")
         # The id is held while this task takes the run and writes its first row itself (see
         # ``Opening``), then the actor starts with the rest: no turn of the loop before the row.
         reply = Reply()

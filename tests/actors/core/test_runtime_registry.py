@@ -232,3 +232,56 @@ async def test_live_gives_a_keys_actor_from_its_launch_until_its_task_exits() ->
             await ref.stop()
             assert seen == ["first"]
             assert runtime.live("k") is None and runtime.live_keyed() == []
+
+
+class SlowToStop(Recorder):
+    """A recorder whose stop takes a moment (an actor on its way out)."""
+
+    async def on_stop(self, ctx: ActorContext) -> None:
+        await anyio.sleep(0.2)
+
+
+@pytest.mark.anyio
+async def test_reserve_when_free_waits_for_an_actor_on_its_way_out_and_refuses_a_live_one() -> None:
+    seen: list[object] = []
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            registry = system.runtime.registry
+            assert await registry.reserve_when_free("free") and registry.reserved("free")
+            registry.unreserve("free")
+            ref = await system.runtime.get_or_activate("k", lambda: SlowToStop(seen))
+            assert not await registry.reserve_when_free("k")  # live and accepting
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ref.stop)
+                while registry.lookup("k") is not None:  # the stop's first turn
+                    await anyio.lowlevel.checkpoint()
+                assert "k" in registry  # on its way out: its on_stop still runs
+                assert await registry.reserve_when_free("k")  # once its task exited
+                assert registry.reserved("k") and registry.live("k") is None
+            registry.unreserve("k")
+
+
+@pytest.mark.anyio
+async def test_reserve_when_free_sees_how_a_reservation_ends() -> None:
+    seen: list[object] = []
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            registry = system.runtime.registry
+            for activated in (False, True):
+                assert registry.reserve("k")
+                outcome: list[bool] = []
+
+                async def reserve(into: list[bool]) -> None:
+                    into.append(await registry.reserve_when_free("k"))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(reserve, outcome)
+                    await anyio.sleep(0.01)
+                    assert outcome == []  # it waits for the reservation
+                    if activated:
+                        registry.activate_reserved("k", lambda: Recorder(seen), "first")
+                    else:
+                        registry.unreserve("k")
+                assert outcome == [not activated]
+                if not activated:
+                    registry.unreserve("k")
