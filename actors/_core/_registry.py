@@ -80,20 +80,26 @@ class Registry:
         shared it). The waits are bounded by the activation's own ``on_start`` and by the previous
         actor's time-bounded stop.
         """
+        ref = await self._settled(key, crashed=True)
+        if ref is not None:
+            return ref
+        return await self._activate(key, factory, idle_timeout, mailbox_size, stop_timeout, bindings or {})
+
+    async def _settled(self, key: Hashable, *, crashed: bool) -> ActorRef | None:
+        """Wait until ``key`` has a live, accepting actor (its ref) or no entry (``None``, and the
+        caller may take the key before its next await): an activation or a reservation under way is
+        waited for, an actor on its way out until its task has exited. ``crashed``: an activation
+        waited for that failed raises :class:`ActorCrashed` instead of freeing the key."""
         while True:
             entry = self._entries.get(key)
             if entry is None:
-                return await self._activate(
-                    key, factory, idle_timeout, mailbox_size, stop_timeout, bindings or {}
-                )
+                return None
             if not entry.ready.is_set():
                 await entry.ready.wait()
-                if entry.error is not None:
-                    crashed = ActorCrashed(
-                        f"activation of {key!r} failed: {entry.error!r}", actor_id=str(key)
-                    )
-                    crashed.__cause__ = entry.error
-                    raise crashed
+                if crashed and entry.error is not None:
+                    error = ActorCrashed(f"activation of {key!r} failed: {entry.error!r}", actor_id=str(key))
+                    error.__cause__ = entry.error
+                    raise error
                 continue
             cell = entry.cell
             if cell is None:  # a failed activation left behind by a cancelled caller
@@ -139,21 +145,7 @@ class Registry:
         """:meth:`reserve` ``key`` once no actor holds it: an activation under way is waited for,
         and an actor on its way out until its task has exited (bounded by its time-bounded stop).
         ``False`` when a live, accepting actor or another reservation has it by then."""
-        while True:
-            entry = self._entries.get(key)
-            if entry is None:
-                return self.reserve(key)
-            if not entry.ready.is_set():  # an activation or a reservation: see how it ends
-                await entry.ready.wait()
-                continue
-            cell = entry.cell
-            if cell is None:  # a failed activation left behind by a cancelled caller
-                if self._entries.get(key) is entry:
-                    del self._entries[key]
-                continue
-            if cell.accepting:
-                return False
-            await cell.exited.wait()
+        return await self._settled(key, crashed=False) is None and self.reserve(key)
 
     def reserved(self, key: Hashable) -> bool:
         """Whether ``key`` is held by :meth:`reserve` and not activated yet."""
