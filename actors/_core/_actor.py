@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._log import tether_logger
@@ -21,10 +21,13 @@ class Actor:
     """An actor: state plus three hooks, run one message at a time by the runtime.
 
     ``receive``'s return value is the reply to an ``ask``. ``supervision`` says how the children this
-    actor starts with ``ctx.start_child`` are supervised.
+    actor starts with ``ctx.start_child`` are supervised. An actor with ``runs_tasks`` may start tasks
+    of its own (``ctx.start_task``): its work that waits (a model call, a tool) runs there and reports
+    back to the mailbox, so the actor goes on taking messages meanwhile.
     """
 
     supervision: ClassVar[Supervision] = Supervision()
+    runs_tasks: ClassVar[bool] = False
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Run before the first message (and again on every restart)."""
@@ -100,6 +103,12 @@ class ActorContext:
             bindings=bindings,
         )
         return await self._cell.start_child(spec)
+
+    def start_task(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Run ``fn(*args)`` as a task of this actor (an actor with ``runs_tasks``): it lives in the
+        actor's incarnation, is cancelled with it, and keeps a passivating actor alive until it ends.
+        A task reports back by sending to ``ctx.self``; an exception it lets out crashes the actor."""
+        self._cell.start_task(fn, args)
 
     def receive_nowait(self) -> object | None:
         """The next message queued in this actor's mailbox, without waiting (``None`` if none is).

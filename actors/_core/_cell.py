@@ -8,10 +8,11 @@ mailbox. A restart re-runs the hooks inside the same task with the same mailbox 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBlock
 
 from ._actor import Actor, ActorContext
@@ -67,12 +68,14 @@ class Cell:
         "passivate_when_idle",
         "processed",
         "ref",
+        "running",
         "runtime",
         "scope",
         "signal",
         "spec",
         "start_error",
         "started",
+        "tasks",
     )
 
     def __init__(
@@ -114,6 +117,9 @@ class Cell:
         self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
+        #: The incarnation's task group of an actor that ``runs_tasks``, and how many of its tasks run.
+        self.tasks: anyio.abc.TaskGroup | None = None
+        self.running = 0
 
     # -- requests from other tasks (synchronous: they never wait behind the mailbox) --------------
 
@@ -170,6 +176,24 @@ class Cell:
         if node is None:
             node = self.node = SupervisionNode(type(self.actor).supervision, self, self.runtime)
         return await self.runtime.spawn(spec, node)
+
+    def start_task(self, fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
+        tasks = self.tasks
+        if tasks is None:
+            raise RuntimeError(
+                f"{self.id} cannot start a task: its actor class does not set runs_tasks = True, "
+                "or it is not running"
+            )
+        self.running += 1
+        tasks.start_soon(self._task, fn, args)
+
+    async def _task(self, fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
+        try:
+            await fn(*args)
+        finally:
+            self.running -= 1
+            if not self.running and self.passivate_when_idle:
+                self._wake()  # the loop looks again whether it can retire the actor
 
     def receive_nowait(self) -> object | None:
         """The next queued message without waiting, or ``None`` when none is queued.
@@ -252,7 +276,10 @@ class Cell:
                     await actor.on_start(self.ctx)
                 started = True
                 self.started.set()
-                reason = await self._loop()
+                if type(actor).runs_tasks:
+                    reason = await self._loop_with_tasks()
+                else:
+                    reason = await self._loop()
             if scope.cancelled_caught:
                 reason = self.exit_request or ExitReason.SHUTDOWN
             if reason is ExitReason.ESCALATE:
@@ -285,6 +312,20 @@ class Cell:
             if item is not WAKE_TOKEN:
                 await handle(item)
 
+    async def _loop_with_tasks(self) -> ExitReason:
+        """:meth:`_loop` with the incarnation's task group open. Tasks still running when the loop
+        ends are cancelled, except on a stop: they then have until its deadline (on the
+        incarnation's scope) to end, as a handler in flight has."""
+        async with anyio.create_task_group() as tasks:
+            self.tasks = tasks
+            try:
+                reason = await self._loop()
+            finally:
+                self.tasks = None
+            if reason is not ExitReason.SHUTDOWN:
+                tasks.cancel_scope.cancel()
+        return reason
+
     async def _handle(self, item: object) -> None:
         self.processed += 1
         if type(item) is Ask:
@@ -316,7 +357,7 @@ class Cell:
             return request
         if self.passivate_when_idle:
             stats = self._recv.statistics()
-            if stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0:
+            if stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0 and not self.running:
                 # Synchronous from the check to the close: no message can slip in between.
                 self._close_mailbox(None)
                 return ExitReason.PASSIVATE

@@ -40,6 +40,7 @@ __all__ = [
     "Spawn",
     "SpawnFork",
     "Step",
+    "Stepped",
     "TakeTurn",
     "Waiting",
     "Wake",
@@ -168,7 +169,18 @@ class RerunTool(msgspec.Struct, tag="rerun_tool", frozen=True):
 
 
 Step = TakeTurn | RunTool | RerunTool
-"""The steps a run sends itself; handled in order, between them whatever else is queued."""
+"""The steps of a level, taken one at a time; a run's actor handles its other messages meanwhile."""
+
+
+class Stepped(msgspec.Struct, tag="stepped", frozen=True):
+    """A task of a level reports to its actor (in-process only): what its work gave (``next``: the
+    next step, a child to run or an outcome; ``None`` for an entry point with nothing to do), the
+    ``error`` that ended it, or ``cut``: the work was cancelled by the run (a cancel, a hand-off to
+    the fleet, a lost lock), having written what it wrote."""
+
+    next: Any = None
+    error: Any = None
+    cut: bool = False
 
 
 class Answered(msgspec.Struct, tag="answered", frozen=True):

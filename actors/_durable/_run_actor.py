@@ -1,18 +1,25 @@
 """The run actor: one actor per ``execution_id``, advanced by the messages in its mailbox.
 
-A control message (spawn, fork, resume, recover) starts an activation; the activation is the run's
-own step messages (take a turn, run a tool: :data:`~._messages.Step`), which the actor hands to the
-engine in order, in its own task (no mailbox hop per step). Between two steps it reads its mailbox:
-a ``Cancel`` queued there ends the run before the next step; other requests wait, in order, for the
-activation to end. Its messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
-:class:`~actors.Resume` sent to a run claims its pause. Each message that activates the run first
-takes the run's ownership lock, a lock the operating system or the database frees when the owning
-process dies, and releases it when the run pauses, ends or fails. After each message the actor
+Its state is a small value: resting (no activation), or one activation in flight
+(:class:`_Activation`: the level's :class:`~.topologies.LevelMachine`, the reply, a cancel's reason).
+A request (spawn, fork, resume, recover, wake) starts an activation; each step of it (a model turn,
+a tool call: :data:`~._messages.Step`) runs as a task of the actor whose report
+(:class:`~._messages.Stepped`) comes back to the mailbox, as does a child level's
+(:class:`~.topologies._protocol.Reported`), and each report is one transition: the next step, a
+child, the run's conclusion. The actor never loops on its own, so it takes every message while a
+step runs: a ``Cancel`` cuts the step in flight at once and the run writes its failed marker; other
+requests are held, in order, until the activation ends (one activation at a time).
+
+The messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
+:class:`~actors.Resume` sent to a run claims its pause. Each activation first takes the run's
+ownership lock, a lock the operating system or the database frees when the owning process dies,
+and releases it when the run pauses, ends or fails. Once no activation is in flight the actor
 passivates itself (``ActorContext.passivate()``): the next message activates it again from the store.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -32,7 +39,7 @@ from stores import (
     TetherError,
 )
 
-from .._core import Actor, ActorContext, ActorStopped, cancel_scope, loop_time, shielded, tether_logger
+from .._core import Actor, ActorContext, ActorStopped, shielded, tether_logger
 from ..models import Message
 from ._engine import level_of
 from ._errors import held_elsewhere
@@ -49,15 +56,17 @@ from ._messages import (
     RunMessage,
     Spawn,
     SpawnFork,
+    Stepped,
     Wake,
 )
 from ._owned import owned
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
-from ._sources import activation_sources, uses_sources
+from ._sources import HeldSources, uses_sources
 from ._tool_watch import ToolWatch
 from ._trace import RunTrace, active_tracer
-from .topologies import drive
+from .topologies import LevelMachine, is_step
+from .topologies._protocol import Reported
 
 if TYPE_CHECKING:
     from ._follow import EventHub
@@ -72,6 +81,25 @@ _UNLOCK_TIMEOUT = 5.0
 _OPEN_TIMEOUT = 30.0
 #: How long a run abandoned on a lost lock waits for an ``@idempotent`` body in flight (seconds).
 _BODY_BOUND = 30.0
+
+
+class _Activation:
+    """The run actor's state while an activation is in flight: its level's machine (what is in
+    flight), the reply it answers, its span, and the reason of a cancel that came meanwhile."""
+
+    __slots__ = ("cancel_reason", "entering", "machine", "reply", "sources", "stray", "token", "trace")
+
+    def __init__(self, machine: LevelMachine, reply: Reply, trace: RunTrace | None) -> None:
+        self.machine = machine
+        self.reply = reply
+        self.trace = trace
+        self.token: object = None
+        self.cancel_reason: str | None = None
+        self.sources: HeldSources | None = None
+        #: Whether the work in flight is the activation's entry point (not cut by a cancel).
+        self.entering = False
+        #: A message the run cannot take that came meanwhile: the activation fails with it.
+        self.stray: TypeError | None = None
 
 
 class Opening:
@@ -96,6 +124,8 @@ class RunActor(Actor):
     """The supervised actor of one run. Never restarted automatically (rule 12 of
     ``docs/durability.md``): recovery is explicit."""
 
+    runs_tasks = True
+
     def __init__(
         self,
         *,
@@ -117,11 +147,10 @@ class RunActor(Actor):
         self.runner = runner
         self.execution_id = execution_id
         self._log = StepLog(hub=hub, execution_id=execution_id, runner=runner.name)
-        self._scope: anyio.CancelScope | None = None
-        self._cancel_reason: str | None = None
+        self._now: _Activation | None = None
         self._abandoned = False
         self._released = False
-        self._deferred: deque[Request] = deque()
+        self._held: deque[Request] = deque()
         self._opening = opening
         # From the take of the ownership lock to its release (the release included, so a run handed
         # to the fleet is never read as held by this process once it is no longer busy).
@@ -184,11 +213,15 @@ class RunActor(Actor):
         return self._active
 
     def cancel_current(self, reason: str) -> None:
-        """Cancel the step in flight, if any; the run then writes its failed marker."""
-        if self._scope is None:
+        """Cancel the work in flight, if any (a step's task, a child level's); the run then writes
+        its failed marker with ``reason``."""
+        now = self._now
+        if now is None:
             return
-        self._cancel_reason = reason
-        self._scope.cancel()
+        if now.cancel_reason is None:
+            now.cancel_reason = reason
+        if not now.entering:  # an entry point writes its row; the run stops before its first step
+            now.machine.cut()
 
     def abandon(self) -> None:
         """This process lost the run with its liveness lock: stop the activation and write nothing
@@ -196,27 +229,27 @@ class RunActor(Actor):
         ``@idempotent`` body of the run is in flight: it finishes and stores its result first
         (bounded by :data:`_BODY_BOUND`), so its recovery does not run it again; no other starts."""
         self._abandoned = True
-        scope = self._scope
-        if scope is None:
+        now = self._now
+        if now is None:
             return
-        if after_bodies(self.store, self.execution_id, scope.cancel):
-            scope.deadline = min(scope.deadline, loop_time() + _BODY_BOUND)
+        if after_bodies(self.store, self.execution_id, now.machine.cut):
+            now.machine.bound(_BODY_BOUND)
         else:
-            scope.cancel()
+            now.machine.cut()
 
     def release(self, *, now: bool = False) -> None:
         """Hand the run to the fleet: the activation stops once its step in flight has written its
         next row (``now``: at once, mid-step), writing nothing more, and its ownership is released
         for any sweep to take (a worker that shuts down)."""
         self._released = True
-        if now and self._scope is not None:
-            self._scope.cancel()
+        if now and self._now is not None:
+            self._now.machine.cut()
 
     def _stop_if_released(self) -> bool:
         """After a row: a run handed to the fleet stops here (its step in flight has its row);
         whether it did (the writer then checkpoints, so the cancel lands before the step)."""
-        if self._released and self._scope is not None:
-            self._scope.cancel()
+        if self._released and self._now is not None:
+            self._now.machine.cut()
             return True
         return False
 
@@ -234,36 +267,250 @@ class RunActor(Actor):
                 "it stopped the run without writing (another process may be recovering it)"
             )
 
-    async def receive(self, ctx: ActorContext, message: Any) -> None:
-        if not isinstance(message, Request):
-            raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(message).__name__}")
-        # The runtime's registry is this process's one record of the run's actor (``Runs`` asks it);
-        # ``busy`` says whether it is driving. No on_stop hook: an actor without one stops with no
-        # shielded clean-up step.
-        await self._answer(ctx, message)
-        # Requests taken from the mailbox between two steps and left for after this one, in order.
-        while self._deferred:
-            await self._answer(ctx, self._deferred.popleft())
-        ctx.passivate()
+    # -- the transitions ----------------------------------------------------------------------------
 
-    async def _answer(self, ctx: ActorContext, request: Request) -> None:
+    async def receive(self, ctx: ActorContext, message: Any) -> None:
+        match message:
+            case Stepped():
+                await self._stepped(message)
+            case Reported():
+                if self._now is not None:
+                    stepped = self._now.machine.reported(message)
+                    if stepped is not None:
+                        await self._stepped(stepped)
+            case Request() if self._now is not None:
+                self._hold(message)
+            case Request():
+                await self._begin(ctx, message)
+            case _:
+                stray = TypeError(
+                    f"run {self.execution_id!r} takes run requests, not {type(message).__name__}"
+                )
+                if self._now is None:
+                    raise stray
+                self._now.stray = stray  # the activation ends with it at its next transition
+        # Requests held while an activation was in flight are taken in order once it ended.
+        while self._now is None and self._held:
+            await self._begin(ctx, self._held.popleft())
+        if self._now is None:
+            ctx.passivate()
+
+    def _hold(self, request: Request) -> None:
+        """A request that came while an activation is in flight: a Cancel cuts the work in flight
+        at once (the run then writes its failed marker); every request is answered, in order, once
+        the activation ended (one activation at a time: a Cancel then finds the run ended)."""
+        message = request.message
+        if isinstance(message, Cancel):
+            self.cancel_current(message.reason)
+        self._held.append(request)
+
+    async def _begin(self, ctx: ActorContext, request: Request) -> None:
+        """Take a request while no activation is in flight: start one, or answer at once."""
         reply = request.reply
         try:
-            result = await self._handle(ctx, request)
+            await self._open(ctx, request)
         except anyio.get_cancelled_exc_class():
-            stopped = ActorStopped(
-                f"the actor of run {self.execution_id!r} stopped before the run paused or ended; "
-                "the run stays recoverable: resume it"
-            )
-            reply.settle(None, stopped)
-            self._warn_stopped()
+            if self._now is None:
+                reply.settle(None, self._stopped())
             raise
         except Exception as error:
             reply.settle(None, error)
+
+    async def _open(self, ctx: ActorContext, request: Request) -> None:
+        opening = self._opening
+        if opening is not None and opening.reply is request.reply:
+            self._opening = None
+            await self._adopt(ctx, opening)
+            return
+        engine = level_of(self.runner, self._rows(request.reply), self.runner.label, self.runner)
+        message: RunMessage = request.message
+        match message:
+            case Cancel(reason=reason):
+                # No lock: the marker takes the next seq, and a live owner elsewhere then loses its
+                # next write (WriteConflict) and stops. The log is the lock.
+                self._settled(request.reply, await engine.cancel(reason))
+            case GiveUp(error=error):
+                self._settled(request.reply, await engine.cancel("max_recoveries", error=error))
+            case Spawn():  # a spawn's caller opens the run itself (``open``): it comes only so
+                raise TypeError(f"run {self.execution_id!r}: a spawn comes with its opening")
+            case SpawnFork(base=base, appended=appended):
+                extra = Message.from_dict(appended) if appended is not None else None
+                await self._activate(
+                    ctx, engine, request.reply, lambda: engine.fork(base, extra), refuse=RunExists, new=True
+                )
+            case ResumeRun(resume=resume):
+                await self._activate(
+                    ctx, engine, request.reply, lambda: engine.resume(resume), refuse=AlreadyResumed
+                )
+            case Recover():
+                await self._activate(
+                    ctx, engine, request.reply, lambda: engine.resume(None), refuse=AlreadyResumed
+                )
+            case Wake():
+                await self._activate(ctx, engine, request.reply, engine.wake, refuse=AlreadyResumed)
+            case _:  # pragma: no cover
+                raise TypeError(f"unknown run message {message!r}")
+
+    async def _adopt(self, ctx: ActorContext, opening: Opening) -> None:
+        """Drive a spawn whose caller took the run and wrote its first row (:meth:`open`)."""
+        engine, step, messages = opening.engine, opening.next, opening.messages
+        assert engine is not None
+        if step is not None:
+            await self._activate(ctx, engine, opening.reply, None, found=step, refuse=RunExists, taken=True)
         else:
-            reply.settle(result, None)
-            if result.status == "waiting" and self._on_rest is not None:
-                self._on_rest(result.wake_at)
+            await self._activate(
+                ctx, engine, opening.reply, lambda: engine.start(messages), refuse=RunExists, taken=True
+            )
+
+    async def _activate(
+        self,
+        ctx: ActorContext,
+        engine: Level,
+        reply: Reply,
+        entry: Callable[[], Awaitable[Next | None]] | None,
+        *,
+        found: Next | None = None,
+        refuse: type[TetherError],
+        new: bool = False,
+        taken: bool = False,
+    ) -> None:
+        """Start an activation holding the run's ownership lock (``taken``: held already, else taken
+        here, or ``refuse`` raised): from its ``entry`` point's task, or from the step ``found``."""
+        trace = self._traced(engine.rows, new=new)
+        if not taken:
+            try:
+                await self._take_lock(refuse=refuse, new=new)
+            except BaseException as error:
+                if trace is not None:
+                    trace.abandon(error)
+                raise
+        self._active = True
+        self._abandoned = False
+        now = self._now = _Activation(LevelMachine(ctx, engine), reply, trace)
+        if trace is not None:
+            now.token = trace.enter()  # the steps' tasks start under the activation's span
+        sources = now.sources = HeldSources() if uses_sources(self.runner) else None
+        if sources is not None:
+            ctx.start_task(
+                sources.hold, self.execution_id, functools.partial(setattr, engine.rows, "sources")
+            )
+        if entry is not None:
+            now.entering = True
+            now.machine.run(entry if sources is None else sources.after_ready(entry))
+            return
+        assert found is not None
+        await self._guarded(now, lambda: self._advance(now, found))
+
+    async def _stepped(self, stepped: Stepped) -> None:
+        """The work in flight reported: take the activation's next transition."""
+        now = self._now
+        if now is None:
+            return  # a report from an activation already ended (its cut raced its end)
+        now.machine.scope = None
+        now.entering = False
+        if now.stray is not None:
+            await self._finish(now, None, now.stray)
+        elif stepped.cut:
+            await self._guarded(now, lambda: self._after_cut(now))
+        elif stepped.error is not None:
+            await self._finish(now, None, stepped.error)
+        elif stepped.next is None:  # an entry point with nothing to do: how the run stands
+            await self._guarded(now, lambda: self._concluded(now, now.machine.level.standing()))
+        else:
+            if now.trace is not None and now.token is None:
+                now.token = now.trace.enter()  # a resumed run's span began in its entry
+            await self._guarded(now, lambda: self._advance(now, stepped.next))
+
+    async def _guarded(self, now: _Activation, transition: Callable[[], Awaitable[None]]) -> None:
+        """Run a transition of ``now``; an error it raises ends the activation with it."""
+        try:
+            await transition()
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:
+            if self._now is now:
+                await self._finish(now, None, error)
+
+    async def _advance(self, now: _Activation, found: Next) -> None:
+        """The next transition of the activation from ``found``: a step (unless a cancel came or
+        the lock was lost), a child, or the run's conclusion."""
+        machine = now.machine
+        if is_step(found):
+            self._refuse_abandoned()
+            if now.cancel_reason is not None:
+                await self._concluded(now, machine.level.cancel(now.cancel_reason))
+                return
+        outcome = await machine.advance(found)
+        if outcome is None:
+            return
+        if isinstance(outcome, HandedOff):
+            raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
+        await self._concluded(now, machine.level.conclude(outcome), check=True)
+
+    async def _after_cut(self, now: _Activation) -> None:
+        """The work in flight was cut: by a lost lock or a hand-off (nothing written), else by a
+        cancel (its failed marker)."""
+        self._refuse_abandoned()
+        self._refuse_released()
+        await self._concluded(now, now.machine.level.cancel(now.cancel_reason or "cancelled"))
+
+    async def _concluded(
+        self, now: _Activation, ending: Awaitable[RunResult], *, check: bool = False
+    ) -> None:
+        result = await ending
+        if check:
+            self._refuse_abandoned()
+            self._refuse_released()
+        await self._finish(now, result, None)
+
+    async def _finish(self, now: _Activation, result: RunResult | None, error: BaseException | None) -> None:
+        """End the activation: close its sources, release the lock (shielded, bounded), end its
+        span, answer its reply."""
+        self._now = None
+        if now.sources is not None:
+            await now.sources.close()
+        await self._unlock()
+        trace = now.trace
+        if trace is not None:
+            trace.leave(now.token)
+            if result is not None:
+                trace.ended(result)
+            else:
+                trace.abandon(error if error is not None else self._stopped())
+        self._settle(now.reply, result, error)
+
+    def _settle(self, reply: Reply, result: RunResult | None, error: BaseException | None) -> None:
+        reply.settle(result, error)
+        if result is not None and result.status == "waiting" and self._on_rest is not None:
+            self._on_rest(result.wake_at)
+
+    def _settled(self, reply: Reply, result: RunResult) -> None:
+        self._settle(reply, result, None)
+
+    async def on_stop(self, ctx: ActorContext) -> None:
+        """The actor stops with an activation in flight (a shutdown, a stop past its bound): its
+        reply and the requests held for later hear of it, and the lock is released."""
+        held, self._held = list(self._held), deque()
+        now, self._now = self._now, None
+        for request in held:
+            request.fail(
+                ActorStopped(f"the actor of run {self.execution_id!r} stopped before handling the request")
+            )
+        if now is None:
+            return
+        stopped = self._stopped()
+        if now.trace is not None:
+            now.trace.leave(now.token)
+            now.trace.abandon(stopped)
+        now.reply.settle(None, stopped)
+        self._warn_stopped()
+        await self._release()
+
+    def _stopped(self) -> ActorStopped:
+        return ActorStopped(
+            f"the actor of run {self.execution_id!r} stopped before the run paused or ended; "
+            "the run stays recoverable: resume it"
+        )
 
     def _warn_stopped(self) -> None:
         """A WARNING for a run left mid-step (its newest row is a step): how to resume it."""
@@ -283,82 +530,6 @@ class RunActor(Actor):
             ),
         )
 
-    async def _handle(self, ctx: ActorContext, request: Request) -> RunResult:
-        opening = self._opening
-        if opening is not None and opening.reply is request.reply:
-            self._opening = None
-            return await self._adopt(ctx, opening)
-        engine = level_of(self.runner, self._rows(request.reply), self.runner.label, self.runner)
-        message: RunMessage = request.message
-        match message:
-            case Cancel(reason=reason):
-                # No lock: the marker takes the next seq, and a live owner elsewhere then loses its
-                # next write (WriteConflict) and stops. The log is the lock.
-                return await engine.cancel(reason)
-            case GiveUp(error=error):
-                return await engine.cancel("max_recoveries", error=error)
-            case Spawn():  # a spawn's caller opens the run itself (``open``): it comes only so
-                raise TypeError(f"run {self.execution_id!r}: a spawn comes with its opening")
-            case SpawnFork(base=base, appended=appended):
-                extra = Message.from_dict(appended) if appended is not None else None
-                return await self._owned(
-                    ctx, engine, lambda: engine.fork(base, extra), refuse=RunExists, new=True
-                )
-            case ResumeRun(resume=resume):
-                return await self._owned(ctx, engine, lambda: engine.resume(resume), refuse=AlreadyResumed)
-            case Recover():
-                return await self._owned(ctx, engine, lambda: engine.resume(None), refuse=AlreadyResumed)
-            case Wake():
-                return await self._owned(ctx, engine, engine.wake, refuse=AlreadyResumed)
-        raise TypeError(f"unknown run message {message!r}")  # pragma: no cover
-
-    async def _steps(
-        self, ctx: ActorContext, engine: Level, first: Callable[[], Awaitable[Next | None]]
-    ) -> RunResult:
-        """The activation: its entry point, then its steps in order (its children's outcomes between
-        them), the mailbox read between two steps; its tool sources' connections live as long. An
-        entry point with nothing to do (a wake of a run no longer waiting) gives ``None``: how the
-        run stands."""
-        async with activation_sources(uses_sources(self.runner)) as connections:
-            engine.rows.sources = connections
-            begin = await first()
-            if begin is None:
-                return await engine.standing()
-            outcome = await drive(ctx, engine, begin, between=self._between_steps, take=self._take)
-            if outcome is None:
-                assert self._cancel_reason is not None
-                return await engine.cancel(self._cancel_reason)
-            if isinstance(outcome, HandedOff):
-                raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
-            return await engine.conclude(outcome)
-
-    def _between_steps(self, ctx: ActorContext) -> bool:
-        """Handle what is queued; whether to stop (a Cancel came) before the next step. A run this
-        process lost (its liveness lock) stops here, writing nothing."""
-        self._refuse_abandoned()
-        while (item := ctx.receive_nowait()) is not None:
-            self._take(item)
-        return self._cancel_reason is not None
-
-    def _take(self, item: object) -> None:
-        """A request that came during an activation: a Cancel stops the run before its next step;
-        other requests wait for the end of this activation (one activation at a time)."""
-        if not isinstance(item, Request):
-            raise TypeError(f"run {self.execution_id!r} takes run requests, not {type(item).__name__}")
-        if isinstance(item.message, Cancel) and self._cancel_reason is None:
-            self._cancel_reason = item.message.reason
-        self._deferred.append(item)
-
-    async def _adopt(self, ctx: ActorContext, opening: Opening) -> RunResult:
-        """Drive a spawn whose caller took the run and wrote its first row (:meth:`open`)."""
-        engine, step, messages = opening.engine, opening.next, opening.messages
-        assert engine is not None
-
-        async def first() -> Next:
-            return step if step is not None else await engine.start(messages)
-
-        return await self._owned(ctx, engine, first, refuse=RunExists, taken=True)
-
     def _traced(self, rows: RunLog, *, new: bool) -> RunTrace | None:
         """The spans of an activation writing ``rows``, when a tracer provider is configured (a
         ``new`` run's span starts now, a resumed run's where its newest row is read)."""
@@ -374,71 +545,6 @@ class RunActor(Actor):
             if new:
                 rows.traceparent = trace.begin(None, seq=0)
         return trace
-
-    async def _owned(
-        self,
-        ctx: ActorContext,
-        engine: Level,
-        first: Callable[[], Awaitable[Next | None]],
-        *,
-        refuse: type[TetherError],
-        new: bool = False,
-        taken: bool = False,
-    ) -> RunResult:
-        """:meth:`_activation`, in its ``invoke_agent`` span when the run is traced."""
-        trace = self._traced(engine.rows, new=new)
-        if trace is None:
-            return await self._activation(ctx, engine, first, refuse=refuse, new=new, taken=taken)
-        return await trace.activation(
-            lambda: self._activation(ctx, engine, first, refuse=refuse, new=new, taken=taken)
-        )
-
-    async def _activation(
-        self,
-        ctx: ActorContext,
-        engine: Level,
-        first: Callable[[], Awaitable[Next | None]],
-        *,
-        refuse: type[TetherError],
-        new: bool = False,
-        taken: bool = False,
-    ) -> RunResult:
-        """Run the activation holding the run's ownership lock (``taken``: held already, else taken
-        by :meth:`_take_lock`); a cancel of it writes the failed marker. The lock is released last,
-        shielded and bounded: by the activation's own scope when nothing cancelled the steps (one
-        scope less per activation), else by :meth:`_unlock`."""
-        if not taken:
-            await self._take_lock(refuse=refuse, new=new)
-        self._active = True
-        try:
-            self._cancel_reason = None
-            self._abandoned = False
-            released = False
-            with cancel_scope() as scope:
-                self._scope = scope
-                result = await self._steps(ctx, engine, first)
-                self._scope = None
-                if not scope.cancel_called:
-                    self._refuse_abandoned()
-                    self._refuse_released()
-                    # Nothing can cancel this scope any more (no step in flight): from here it is
-                    # the release's, shielded and bounded as in _unlock; a cut release stays quiet.
-                    released = True
-                    scope.shield = True
-                    scope.deadline = loop_time() + _UNLOCK_TIMEOUT
-                    await self._release()
-            if released:
-                return result
-            self._scope = None
-            self._refuse_abandoned()
-            self._refuse_released()
-            if scope.cancelled_caught:
-                return await engine.cancel(self._cancel_reason or "cancelled")
-            return result
-        finally:
-            self._scope = None
-            if self._active:
-                await self._unlock()
 
     async def _take_lock(self, *, refuse: type[TetherError], new: bool) -> None:
         """Take the run's ownership lock, or raise ``refuse``. A ``new`` run's take is written with

@@ -311,10 +311,6 @@ class Runs:
             refused = Reply()
             refused.settle(None, AlreadyResumed(f"run {execution_id!r} is running in this process"))
             return RunRef(self, execution_id, refused, start=newest.seq + 1)
-        if isinstance(run_message, Cancel) and live is not None:
-            # A step in flight is cancelled at once and writes the marker; this Cancel queues behind
-            # it and finds the run already failed.
-            live.cancel_current(run_message.reason)
         reply = await self._deliver(store, runner, execution_id, run_message)
         return RunRef(self, execution_id, reply, start=newest.seq + 1)
 

@@ -116,16 +116,15 @@ class RunTrace:
     """The spans of one activation of one run: its ``invoke_agent`` span and the spans under it.
 
     A new run's span starts at once (:meth:`begin`, a child of the caller's current span, if any);
-    a resumed run's when its newest row is read (its stored ``traceparent`` is the parent). While
-    :meth:`activation` drives the steps in the run actor's task, the span is the current one, so the
-    ``"tether"`` logger's records carry its ids; a model or tool call makes its own span current.
+    a resumed run's when its newest row is read (its stored ``traceparent`` is the parent). The run's
+    actor makes it current in its own task (:meth:`enter`) once it has begun, so the tasks of its
+    steps start under it and the ``"tether"`` logger's records carry its ids; a model or tool call
+    makes its own span current. :meth:`ended` or :meth:`abandon` ends it.
     """
 
     __slots__ = (
         "_attempt_set",
         "_context",
-        "_live",
-        "_token",
         "_tracer",
         "execution_id",
         "path",
@@ -140,14 +139,12 @@ class RunTrace:
         self.path = path
         self.span: Span | None = None
         self._context: Context | None = None
-        self._token: object = None
-        self._live = False
         self._attempt_set = False
 
     def begin(self, traceparent: str | None, *, seq: int, attempt: int = 1) -> str:
         """Start the activation's span, as a child of the run's stored ``traceparent`` (none: of the
         current span); returns the ``traceparent`` the run's rows carry from now on."""
-        from opentelemetry import context, trace
+        from opentelemetry import trace
 
         parent = _parent_context(traceparent) if traceparent is not None else None
         span = self._tracer.start_span(
@@ -166,8 +163,6 @@ class RunTrace:
         self._attempt_set = attempt > 1
         self.span = span
         self._context = trace.set_span_in_context(span)
-        if self._live:
-            self._token = context.attach(self._context)
         if traceparent is not None and parent is not None:
             return traceparent
         return _traceparent(span)
@@ -190,23 +185,10 @@ class RunTrace:
             self._attempt_set = True
             self.span.set_attribute("tether.attempt", attempt)
 
-    async def activation(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
-        """Drive the activation ``run()`` with its span current; end the span with its outcome."""
-        from opentelemetry import context, trace
+    def ended(self, result: RunResult) -> None:
+        """End the activation's span with how the run stands (``failed``: an error status)."""
+        from opentelemetry import trace
 
-        self._live = True
-        if self._context is not None:
-            self._token = context.attach(self._context)
-        try:
-            result = await run()
-        except BaseException as error:
-            self._fail(error)
-            raise
-        finally:
-            self._live = False
-            token, self._token = self._token, None
-            if token is not None:
-                context.detach(token)  # type: ignore[arg-type]
         span = self.span
         if span is not None:
             span.set_attribute("tether.status", result.status)
@@ -214,10 +196,9 @@ class RunTrace:
                 span.set_status(trace.StatusCode.ERROR, result.error)
                 span.set_attribute("error.type", _error_type(result.error))
             span.end()
-        return result
 
     def abandon(self, error: BaseException) -> None:
-        """The activation ended before :meth:`activation` ran (its first row was refused)."""
+        """End the activation's span with ``error``: it was refused, failed or stopped."""
         self._fail(error)
 
     def _fail(self, error: BaseException) -> None:
