@@ -8,8 +8,9 @@ mailbox. A restart re-runs the hooks inside the same task with the same mailbox 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -20,7 +21,7 @@ from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import WAKE_TOKEN, ExitReason, Failable
-from ._primitives import cancel_scope, loop_time, shielded
+from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
@@ -33,6 +34,9 @@ __all__ = ["Cell"]
 
 _log = tether_logger()
 
+#: How many queued messages an actor takes in a row before it yields a turn of the loop.
+_STREAK = 16
+
 # A stronger request replaces a weaker one that is still pending.
 _PRIORITY = {
     ExitReason.NORMAL: 1,
@@ -42,6 +46,29 @@ _PRIORITY = {
     ExitReason.SHUTDOWN: 4,
     ExitReason.CRASH: 0,
 }
+
+
+class _LoopTasks:
+    """An actor's tasks on asyncio: plain tasks of the loop, cancelled and waited for by the cell."""
+
+    __slots__ = ("_loop", "_tasks")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: object) -> None:
+        task = self._loop.create_task(fn(*args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def wait(self) -> None:
+        while self._tasks:
+            await asyncio.wait(tuple(self._tasks))
 
 
 class Cell:
@@ -117,8 +144,8 @@ class Cell:
         self.first: object | None = None
         self.idle_seen = -1
         self.idle_since = 0.0
-        #: The incarnation's task group of an actor that ``runs_tasks``, and how many of its tasks run.
-        self.tasks: anyio.abc.TaskGroup | None = None
+        #: Where the tasks of an actor that ``runs_tasks`` run (in its incarnation), and how many do.
+        self.tasks: anyio.abc.TaskGroup | _LoopTasks | None = None
         self.running = 0
 
     # -- requests from other tasks (synchronous: they never wait behind the mailbox) --------------
@@ -190,6 +217,9 @@ class Cell:
     async def _task(self, fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
         try:
             await fn(*args)
+        except Exception as exc:  # a task's failure is the actor's: it crashes as from receive
+            _log.warning("actor.task_crash", actor_id=self.id, error=repr(exc))
+            self.request(ExitReason.CRASH, error=exc)
         finally:
             self.running -= 1
             if not self.running and self.passivate_when_idle:
@@ -295,7 +325,7 @@ class Cell:
         return reason, error
 
     async def _loop(self) -> ExitReason:
-        receive = self._recv.receive
+        receive, receive_nowait = self._recv.receive, self._recv.receive_nowait
         handle = self._handle
         first, self.first = self.first, None
         if first is not None:
@@ -303,28 +333,55 @@ class Cell:
             if self.exit_request is not None and scope is not None:  # a stop came before the task ran
                 scope.deadline = min(scope.deadline, loop_time() + self.spec.stop_timeout)
             await handle(first)
+        taken = 0  # messages taken in a row without yielding to the loop
         while True:
             if self.signal:
                 reason = await self._on_signal()
                 if reason is not None:
                     return reason
-            item = await receive()
+            # A queued message is taken at once (``receive`` would yield a turn of the loop first);
+            # every _STREAK-th one goes through ``receive``, so a busy actor still lets others run.
+            item: object
+            if taken < _STREAK:
+                try:
+                    item = receive_nowait()
+                    taken += 1
+                except WouldBlock:
+                    item = await receive()
+                    taken = 0
+            else:
+                item = await receive()
+                taken = 0
             if item is not WAKE_TOKEN:
                 await handle(item)
 
     async def _loop_with_tasks(self) -> ExitReason:
-        """:meth:`_loop` with the incarnation's task group open. Tasks still running when the loop
-        ends are cancelled, except on a stop: they then have until its deadline (on the
-        incarnation's scope) to end, as a handler in flight has."""
-        async with anyio.create_task_group() as tasks:
-            self.tasks = tasks
-            try:
-                reason = await self._loop()
-            finally:
-                self.tasks = None
-            if reason is not ExitReason.SHUTDOWN:
-                tasks.cancel_scope.cancel()
-        return reason
+        """:meth:`_loop` with somewhere to run the actor's tasks: plain tasks of the loop on asyncio
+        (an anyio task group costs several times as much per task), a task group elsewhere. Tasks
+        still running when the loop ends are cancelled, except on a stop: they then have until its
+        deadline (on the incarnation's scope) to end, as a handler in flight has."""
+        loop = running_asyncio_loop()
+        if loop is None:
+            async with anyio.create_task_group() as group:
+                self.tasks = group
+                try:
+                    reason = await self._loop()
+                finally:
+                    self.tasks = None
+                if reason is not ExitReason.SHUTDOWN:
+                    group.cancel_scope.cancel()
+            return reason
+        tasks = self.tasks = _LoopTasks(loop)
+        try:
+            reason = await self._loop()
+            if reason is ExitReason.SHUTDOWN:
+                await tasks.wait()
+            return reason
+        finally:
+            self.tasks = None
+            tasks.cancel()
+            with shielded(self.spec.stop_timeout):
+                await tasks.wait()
 
     async def _handle(self, item: object) -> None:
         self.processed += 1
