@@ -8,8 +8,8 @@ import sys
 import msgspec
 import pytest
 
+from actors.lowlevel import Transcript
 from actors.models import FunctionModel, Message, Model, ModelError, ModelReply, ToolCall
-from actors.models._types import Transcript
 
 
 def test_message_positional_and_defaults() -> None:

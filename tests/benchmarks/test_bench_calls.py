@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import run_benchmark
+from conftest import ROOT, run_benchmark
 
-from benchmarks._common import ROOT
 from benchmarks.calls import group_of
 
 

@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from replication._client import Verdict, classify
+from replication.lowlevel import Verdict, classify
 from stores import utcnow
 
 ACK = msgspec.json.encode({"accepted": 2, "rejections": []})

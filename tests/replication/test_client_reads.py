@@ -29,8 +29,7 @@ import pytest
 
 from actors import ActorSystem
 from replication import PlaneError, Replicator, restore_from_plane
-from replication._client import INGEST_PATH, Verdict, classify
-from replication._wire import whole_item
+from replication.lowlevel import INGEST_PATH, Verdict, classify, whole_item
 from stores import Checkpoint, SQLiteStore
 from stores.testing import make_message, make_row
 

@@ -10,7 +10,7 @@ from conftest import Backend
 
 from actors import ActorSystem
 from replication import Replicator
-from tether._refund import RefundBot
+from tether.lowlevel import RefundBot
 
 pytestmark = pytest.mark.anyio
 

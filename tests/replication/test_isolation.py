@@ -15,7 +15,7 @@ from conftest import Backend
 from actors import ActorSystem
 from replication import Replicator
 from stores import SQLiteStore
-from tether._refund import RefundBot
+from tether.lowlevel import RefundBot
 
 pytestmark = pytest.mark.anyio
 

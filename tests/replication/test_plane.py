@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from _plane_support import Plane, plane_fixture  # noqa: F401 (fixture)
 
-from replication._wire import Conversations
+from replication.lowlevel import Conversations
 from replication.plane import MAX_BODY_BYTES
 from stores.testing import make_message, make_row
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from _model_rules import json_copy
 
-from stores._signals import StoredSignal, check_copies, merge_copies
+from stores import StoredSignal
+from stores.lowlevel import check_copies, merge_copies
 
 if TYPE_CHECKING:
     from _memory_store import MemoryDatabase

@@ -15,46 +15,50 @@ import msgspec
 from _memory_inbox import MemoryInboxOutbox
 from _model_rules import added_bytes, json_copy, stored_row, text_field, walk
 
-from stores._base import check_history_range, check_page, intent_key
-from stores._codec import DEFAULT_MAX_ROW_BYTES, MessageLogs, StoredRow
-from stores._errors import (
-    AlreadyResumed,
-    IncompatibleSchema,
-    RunExists,
-    RunNotFound,
-    WriteConflict,
-    check_execution_id,
-    marker_not_step,
-    no_checkpoint,
-    no_checkpoints,
-)
-from stores._heads import RunHead, check_heads_arguments
-from stores._model import (
+from stores import (
     COMPLETED,
+    CONSUMES,
     LLM_CALL,
+    MESSAGE,
     RUN_END,
     SIGNAL,
     WAKE,
+    AlreadyResumed,
     Cached,
     CacheEntry,
     Checkpoint,
+    IncompatibleSchema,
     PendingInterrupt,
     ReEntry,
+    RowWatch,
+    RunExists,
+    RunHead,
+    RunNotFound,
+    SignalsWaiting,
+    StoredRow,
+    StoredSchedule,
+    StoredSignal,
+    WriteConflict,
+    check_execution_id,
     new_id,
     utcnow,
 )
-from stores._schedules import StoredSchedule
-from stores._signals import (
-    CONSUMES,
-    MESSAGE,
-    SignalsWaiting,
-    StoredSignal,
+from stores.lowlevel import (
+    DEFAULT_MAX_ROW_BYTES,
+    WAITS,
+    MessageLogs,
     check_copy,
+    check_heads_arguments,
+    check_history_range,
+    check_page,
     check_signal,
+    intent_key,
+    marker_not_step,
+    no_checkpoint,
+    no_checkpoints,
     refuse_signal,
     restored_wait,
 )
-from stores._watch import WAITS, RowWatch
 
 __all__ = ["MemoryDatabase", "MemoryStore"]
 

@@ -4,7 +4,7 @@ The stateful test compares each backend with the model; a model that called the 
 walk, JSON rule or message-log planning could never disagree with them. So these are separate
 implementations of the same documented rules: the JSON rule (with its paths), the new content a row
 adds (for ``max_row_bytes``), and the re-entry walk (which rows a resume reads, and so which rows
-prune keeps). Only the refusals' wording comes from ``stores._errors`` (wording is not a rule).
+prune keeps). Only the refusals' wording comes from ``stores.lowlevel`` (wording is not a rule).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from stores import MAX_JSON_DEPTH, Checkpoint, RowTooLarge, SerializationError
-from stores._errors import already_finished, no_step
+from stores.lowlevel import already_finished, no_step
 
 __all__ = ["added_bytes", "json_copy", "stored_row", "text_field", "walk"]
 

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from stores import Checkpoint, SerializationError
-from stores._codec import MessageLogs, _encode_one_by_one
-from stores._json import decode
+from stores import Checkpoint, SerializationError, decode_json
+from stores.lowlevel import MessageLogs, encode_one_by_one
 
 
 def _row(seq: int, messages: Any, **fields: Any) -> Checkpoint:
@@ -36,7 +35,7 @@ def test_the_plan_stores_what_encoding_value_by_value_stores() -> None:
         messages = row.state_snapshot["messages"]
         rest = {k: v for k, v in row.state_snapshot.items() if k != "messages"}
         start = append.start if append is not None else len(messages)
-        parts = _encode_one_by_one(row, rest, messages, start)
+        parts = encode_one_by_one(row, rest, messages, start)
         assert [
             stored.state_snapshot,
             stored.node_input,
@@ -44,14 +43,14 @@ def test_the_plan_stores_what_encoding_value_by_value_stores() -> None:
             stored.interrupt_context,
         ] == parts[:4]
         assert (append.chunk if append is not None else None) == (parts[4] if len(parts) > 4 else None)
-        assert list(stored.state_snapshot) and decode(stored.state_snapshot) == rest
+        assert list(stored.state_snapshot) and decode_json(stored.state_snapshot) == rest
         assert stored.message_count == len(messages) and stored.created_at == row.created_at
     assert [logs.plan(_row(3, [*grown, {"m": 3}]))[1].start] == [2]  # type: ignore[union-attr]
 
 
 def test_the_plan_normalises_and_refuses_as_encode_does() -> None:
     _, append = MessageLogs().plan(_row(0, ({"role": "user", "content": ("a", "b")},)))
-    assert append is not None and decode(append.chunk) == [{"role": "user", "content": ["a", "b"]}]
+    assert append is not None and decode_json(append.chunk) == [{"role": "user", "content": ["a", "b"]}]
     with pytest.raises(SerializationError) as info:
         MessageLogs().plan(_row(0, [{"ok": 1}, {"bad": float("nan")}]))
     assert info.value.path == "$.state_snapshot.messages[1].bad"

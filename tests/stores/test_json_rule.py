@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stores import IdempotencyError, SerializationError, canonical_json
+from stores import MAX_JSON_DEPTH, IdempotencyError, SerializationError, canonical_json
 from stores import decode_json as decode
 from stores import encode_json as encode
 from stores import normalize_json as normalize
-from stores._json import MAX_DEPTH, encode_many
+from stores.lowlevel import encode_many
 
 REFUSED: list[tuple[str, Any, str]] = [
     ("nan", {"a": math.nan}, "$.a"),
@@ -166,10 +166,10 @@ def test_encode_many_refuses_what_encode_refuses(label: str, value: Any, path: s
 
 def test_encode_many_refuses_what_encode_normalises_or_nests_too_deep() -> None:
     deep: Any = 1
-    for _ in range(MAX_DEPTH + 1):
+    for _ in range(MAX_JSON_DEPTH + 1):
         deep = [deep]
     assert encode_many([deep]) is None
-    assert encode_many([deep[0]]) == [encode(deep[0])]  # exactly MAX_DEPTH deep
+    assert encode_many([deep[0]]) == [encode(deep[0])]  # exactly MAX_JSON_DEPTH deep
     assert encode_many([{"t": (1, 2)}]) is None
     assert encode_many([{"p": Point(1, ())}]) is None
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import Backend, on_asyncpg
 
 from stores import PendingInterrupt, PostgresStore, SQLiteStore
-from stores.sqlite._rows import pending_query, ts
+from stores.lowlevel import pending_query, ts
 
 pytestmark = pytest.mark.anyio
 

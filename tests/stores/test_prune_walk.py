@@ -24,7 +24,7 @@ from conftest import Backend, until_status
 from actors import ActorSystem, Agent, idempotent, tool, wait_signal
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FAILED, FORK_ORIGIN, HANDOFF, RECOVER, REENTRY_SEQ, RUN_END, TOOL_CALL, Store
-from stores._prune import PruneRow, doomed
+from stores.lowlevel import PruneRow, doomed
 from stores.testing import make_row
 
 LIMIT = 30.0

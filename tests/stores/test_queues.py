@@ -17,7 +17,7 @@ import pytest
 from conftest import Backend
 
 from stores import Admission, Checkpoint, Queue, Store, parse_queue
-from stores._queues import admit, start_slot, stricter
+from stores.lowlevel import admit, start_slot, stricter
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,7 @@ import pytest
 from conftest import Backend
 
 from stores import AlreadyResumed, RunExists, WriteConflict
-from stores._base import REPLAN_BUDGET, BaseStore, LogMoved, Plan
-from stores._prune import PruneRow, doomed
+from stores.lowlevel import REPLAN_BUDGET, BaseStore, LogMoved, Plan, PruneRow, doomed
 from stores.testing import make_pending, make_row, run_end_row
 
 pytestmark = pytest.mark.anyio

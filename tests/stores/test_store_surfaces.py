@@ -13,8 +13,7 @@ from _memory_store import MemoryDatabase, MemoryStore
 from conftest import Backend
 
 from actors import ActorSystem, Agent
-from actors._durable._owned import owned
-from actors._replica import KickingOwnedStore, KickingStore, kicking
+from actors.lowlevel import KickingOwnedStore, KickingStore, kicking, owned
 from actors.models import FunctionModel
 from stores import (
     OwnedStore,

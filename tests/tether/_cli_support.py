@@ -17,8 +17,8 @@ from conftest import Backend
 
 from actors import ActorSystem
 from stores import Checkpoint, Store
-from tether._demo import demo_agent
 from tether.cli import main
+from tether.lowlevel import demo_agent
 
 TETHER = Path(sys.executable).parent / "tether"
 TIMEOUT = 90.0

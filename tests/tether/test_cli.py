@@ -17,8 +17,8 @@ import pytest
 
 import stores
 import tether
-from tether._store_url import DEFAULT_STORE, store_url
 from tether.cli import build_parser
+from tether.lowlevel import DEFAULT_STORE, store_url
 
 TETHER = Path(sys.executable).parent / "tether"
 TIMEOUT = 60.0

@@ -31,7 +31,7 @@ from conftest import Backend
 from test_user_moves import app_folder
 
 from actors import ActorSystem, Resume
-from tether._demo import demo_agent
+from tether.lowlevel import demo_agent
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402

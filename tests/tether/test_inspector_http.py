@@ -19,7 +19,7 @@ from _cli_support import TETHER
 
 from actors import ActorSystem
 from stores import SQLiteStore
-from tether._demo import demo_agent
+from tether.lowlevel import demo_agent
 
 pytest.importorskip("starlette")
 

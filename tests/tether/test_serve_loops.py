@@ -15,7 +15,7 @@ import pytest
 
 from actors import ActorSystem
 from stores import SQLiteStore
-from tether._demo import demo_agent
+from tether.lowlevel import demo_agent
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")

@@ -194,7 +194,7 @@ def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
 
 
 def _refund_agent() -> Agent:
-    from tether._demo import demo_agent
+    from tether.lowlevel import demo_agent
 
     return demo_agent()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from actors._core import LazyEvent
+from actors.lowlevel import LazyEvent
 
 
 @pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors import Agent, MaxTurnsExceeded, ResumeRequired, RunnerNotFound, ToolNotFound, tool
-from actors._durable._tools import Tool
+from actors.lowlevel import Tool
 from actors.models import FunctionModel, Message
 from stores import TetherError
 

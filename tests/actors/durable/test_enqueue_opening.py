@@ -18,8 +18,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent, tool
-from actors._durable._sources import RECORD, SourceSession, ToolSource
-from actors._durable._tools import ToolOutcome
+from actors.lowlevel import RECORD, SourceSession, ToolOutcome, ToolSource
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import LLM_CALL, Checkpoint, SQLiteStore
 

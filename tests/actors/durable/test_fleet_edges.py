@@ -14,7 +14,7 @@ import pytest
 from conftest import Backend, until_status
 
 from actors import ActorSystem, Agent, Resume, interrupt, tool
-from actors._durable import _sweep
+from actors.lowlevel import sweep_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import (
     RESUME,
@@ -156,7 +156,7 @@ async def test_a_cancelled_enqueue_still_releases_the_run(store_backend: Backend
 async def test_a_hung_release_is_given_up_after_its_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", 0.2)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", 0.2)
     agent = _agent()
     async with HeldStore(tmp_path / "t.db") as store, ActorSystem(store, runners=[agent]) as system:
         await _paused(system, agent, "h1")

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from actors import idempotent, tool
-from actors._durable._context import bind_run
+from actors.lowlevel import bind_run
 from stores import IdempotencyError, SerializationError, SQLiteStore
 
 

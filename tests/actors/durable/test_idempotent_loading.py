@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from actors._durable._idempotent import module_name
+from actors.lowlevel import module_name
 
 APP = textwrap.dedent(
     '''
@@ -31,7 +31,7 @@ APP = textwrap.dedent(
     from stores import SQLiteStore
 
     if os.environ.get("OLD_KEYS"):  # keys as earlier versions built them: the module named as loaded
-        import actors._durable._idempotent as keys
+        from actors.lowlevel import idempotent_module as keys
 
         keys.module_name = lambda module: module
 

@@ -16,8 +16,7 @@ import pytest
 from conftest import Backend, on_asyncpg
 
 from actors import SideEffectInDoubt, idempotency_key, idempotent
-from actors._durable._context import bind_run
-from actors._durable._runlog import StepAbandoned
+from actors.lowlevel import StepAbandoned, bind_run
 from stores import IdempotencyError, OwnershipLost, Store, canonical_json
 
 pytestmark = pytest.mark.anyio

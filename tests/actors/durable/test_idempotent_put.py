@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from actors import ActorSystem, Agent, idempotent, tool
-from actors._durable import _idempotent
+from actors.lowlevel import idempotent_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import RUN_END, OwnershipLost, SQLiteStore, StoreCorrupt, StoreUnavailable
 
@@ -114,7 +114,7 @@ async def test_a_result_is_stored_when_the_run_is_cancelled_during_its_put(tmp_p
 async def test_a_put_the_store_never_answers_abandons_the_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_idempotent, "_PUT_SLACK", 0.3)
+    monkeypatch.setattr(idempotent_module, "_PUT_SLACK", 0.3)
     charged: list[str] = []
     agent = _agent(charged)
     async with (

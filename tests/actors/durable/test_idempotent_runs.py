@@ -31,7 +31,7 @@ from actors import (
     interrupt,
     tool,
 )
-from actors._durable._context import bind_run
+from actors.lowlevel import bind_run
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore, Store, canonical_json
 

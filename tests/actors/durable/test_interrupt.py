@@ -9,8 +9,7 @@ import msgspec
 import pytest
 
 from actors import Resume, current_run, interrupt
-from actors._durable._context import RunContext, bind, bind_run, current_context, current_resume
-from actors._durable._interrupt import PauseSignal
+from actors.lowlevel import PauseSignal, RunContext, bind, bind_run, current_context, current_resume
 from stores import SerializationError, TetherError
 
 

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from actors import ActorSystem, Agent, idempotent, tool
-from actors._durable import _run_actor
+from actors.lowlevel import run_actor_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import OwnershipLost, SQLiteStore
 
@@ -169,7 +169,7 @@ async def test_a_body_that_never_finishes_is_cut_at_its_bound(
 ) -> None:
     """The wait for a body in flight is bounded: one that hangs past the bound is cut, the run
     stops, and nothing is stored or written for it."""
-    monkeypatch.setattr(_run_actor, "_BODY_BOUND", 0.5)
+    monkeypatch.setattr(run_actor_module, "_BODY_BOUND", 0.5)
     entered, never = anyio.Event(), anyio.Event()
 
     @idempotent

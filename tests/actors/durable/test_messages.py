@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from actors import ActorInfo, Cancel, Recover, Resume, RunResult
-from actors._durable._messages import ResumeRun, RunMessage, Spawn, SpawnFork
+from actors.lowlevel import ResumeRun, RunMessage, Spawn, SpawnFork
 from actors.models import Message, ModelReply, ToolCall
 from stores import Checkpoint, PendingInterrupt
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors._durable._idempotent import module_name
+from actors.lowlevel import module_name
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, *, spec_name: str | None = None, file: Path | None = None) -> None:

@@ -16,10 +16,9 @@ import pytest
 from _queue_child import agent, ledger
 from conftest import Backend
 
-import stores.postgres._schema as pg_schema
-import stores.sqlite._schema as sqlite_schema
 from actors import ActorSystem, Resume
 from stores import Checkpoint
+from stores.lowlevel import postgres_schema_module, sqlite_schema_module
 
 pytestmark = pytest.mark.anyio
 
@@ -29,8 +28,8 @@ def _before_queues(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
     (the inbox, the index of waits, schedules, the inbox entries' outbox: each made only if absent,
     so they apply again) are made too, with the last kept version: this code writes through them."""
     if backend.name == "sqlite":
-        later = [sqlite_schema.MIGRATIONS[v] for v in sorted(sqlite_schema.MIGRATIONS) if v > 7]
-        outbox = sqlite_schema.MIGRATIONS[6]
+        later = [sqlite_schema_module.MIGRATIONS[v] for v in sorted(sqlite_schema_module.MIGRATIONS) if v > 7]
+        outbox = sqlite_schema_module.MIGRATIONS[6]
 
         def last(conn: sqlite3.Connection) -> None:
             outbox(conn)  # type: ignore[operator]
@@ -41,14 +40,16 @@ def _before_queues(monkeypatch: pytest.MonkeyPatch, backend: Backend) -> None:
                 for statement in migration:
                     conn.execute(statement)
 
-        kept = {v: m for v, m in sqlite_schema.MIGRATIONS.items() if v < 6}
-        monkeypatch.setattr(sqlite_schema, "SCHEMA_VERSION", 6)
-        monkeypatch.setattr(sqlite_schema, "MIGRATIONS", {**kept, 6: last})
+        kept = {v: m for v, m in sqlite_schema_module.MIGRATIONS.items() if v < 6}
+        monkeypatch.setattr(sqlite_schema_module, "SCHEMA_VERSION", 6)
+        monkeypatch.setattr(sqlite_schema_module, "MIGRATIONS", {**kept, 6: last})
     else:
-        later = "".join(ddl for version, ddl in pg_schema.MIGRATIONS if version > 6)
-        kept = tuple((v, ddl + later if v == 5 else ddl) for v, ddl in pg_schema.MIGRATIONS if v <= 5)
-        monkeypatch.setattr(pg_schema, "SCHEMA_VERSION", 5)
-        monkeypatch.setattr(pg_schema, "MIGRATIONS", kept)
+        later = "".join(ddl for version, ddl in postgres_schema_module.MIGRATIONS if version > 6)
+        kept = tuple(
+            (v, ddl + later if v == 5 else ddl) for v, ddl in postgres_schema_module.MIGRATIONS if v <= 5
+        )
+        monkeypatch.setattr(postgres_schema_module, "SCHEMA_VERSION", 5)
+        monkeypatch.setattr(postgres_schema_module, "MIGRATIONS", kept)
 
 
 async def test_runs_written_before_queues_go_on_after_the_upgrade(

@@ -25,7 +25,7 @@ from _tool_agents import tool_agent
 from conftest import Backend
 
 from actors import Actor, ActorStopped, ActorSystem, Agent, Cancel, Recover
-from actors._durable import _run_actor
+from actors.lowlevel import run_actor_module
 from stores import RUN_END, Checkpoint, Store
 
 pytestmark = pytest.mark.anyio
@@ -169,7 +169,7 @@ async def test_a_run_whose_actor_is_stopped_mid_step_is_free_for_another_process
 async def test_a_hung_release_of_a_cancelled_run_is_cut_at_its_bound(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_run_actor, "_UNLOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr(run_actor_module, "_UNLOCK_TIMEOUT", 0.2)
     agent, entered = blocked_until_cancelled()
     releasing = anyio.Event()
     with anyio.fail_after(LIMIT):

@@ -28,7 +28,7 @@ from opentelemetry.trace import StatusCode
 from test_tracing import spans  # noqa: F401 (a fixture)
 
 from actors import ActorStopped, ActorSystem, Agent, RunExists
-from actors._durable import _run_actor
+from actors.lowlevel import run_actor_module
 from actors.models import FunctionModel, Message
 from stores import RUN_END, Checkpoint, Store
 
@@ -160,7 +160,7 @@ async def test_a_spawn_of_an_id_its_own_store_holds_is_refused_before_any_write(
 async def test_a_first_row_past_its_bound_times_out_and_releases_the_run(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_run_actor, "_OPEN_TIMEOUT", OPEN_BOUND)
+    monkeypatch.setattr(run_actor_module, "_OPEN_TIMEOUT", OPEN_BOUND)
     agent = answering_agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         with anyio.fail_after(LIMIT):
@@ -230,7 +230,7 @@ async def test_a_traced_spawn_whose_first_row_times_out_ends_its_span_with_the_e
     store_backend: Backend,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_run_actor, "_OPEN_TIMEOUT", OPEN_BOUND)
+    monkeypatch.setattr(run_actor_module, "_OPEN_TIMEOUT", OPEN_BOUND)
     agent = answering_agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         with anyio.fail_after(LIMIT):

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from actors import ActorSystem, Agent
-from actors._durable import _run_actor
+from actors.lowlevel import run_actor_module
 from actors.models import FunctionModel, Message
 from stores import SQLiteStore
 
@@ -77,7 +77,7 @@ async def test_a_stop_during_the_release_does_not_cut_it(sqlite_path: Path) -> N
 async def test_a_hung_release_is_cut_at_its_bound_quietly(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_run_actor, "_UNLOCK_TIMEOUT", 0.2)
+    monkeypatch.setattr(run_actor_module, "_UNLOCK_TIMEOUT", 0.2)
     store = SlowRelease(str(sqlite_path), delay=None)
     await store.setup()
     try:

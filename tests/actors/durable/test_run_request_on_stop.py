@@ -18,7 +18,7 @@ import anyio.lowlevel
 import pytest
 
 from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
-from actors._durable._messages import Reply, Request
+from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore, Store
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import Backend
 
 from actors import AlreadyResumed, WriteConflict
-from actors._durable._runlog import RunLog, StepLog
+from actors.lowlevel import RunLog, StepLog
 from stores import COMPLETED, HITL_PAUSE, INTERRUPTED, RESUME, RESUME_KEY, RUN_END, TOOL_CALL
 
 

@@ -44,8 +44,7 @@ from actors import (
     interrupt,
     tool,
 )
-from actors._durable._engine import SIBLING_NOTE
-from actors._durable._tools import Tool
+from actors.lowlevel import SIBLING_NOTE, Tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import Checkpoint, Store
 

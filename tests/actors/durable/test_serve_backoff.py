@@ -16,7 +16,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem
-from actors._durable import _sweep
+from actors.lowlevel import sweep_module
 from stores import StoreUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -68,7 +68,7 @@ async def test_serve_backs_off_by_doubling_up_to_its_longest_pause_and_starts_ov
 ) -> None:
     caplog.set_level(logging.WARNING, logger="tether")
     pauses = _Pauses()
-    monkeypatch.setattr(_sweep, "anyio", pauses)
+    monkeypatch.setattr(sweep_module, "anyio", pauses)
     down = True
     answered = anyio.Event()
     async with store_backend.open() as store, ActorSystem(store) as system:

@@ -14,7 +14,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent, Resume, interrupt, tool
-from actors._durable._engine import SIBLING_NOTE
+from actors.lowlevel import SIBLING_NOTE
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 
 pytestmark = pytest.mark.anyio

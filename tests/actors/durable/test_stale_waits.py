@@ -19,7 +19,7 @@ from _nappers import napper
 from conftest import Backend
 
 from actors import ActorSystem, Agent, sleep, tool
-from actors._durable import _timers
+from actors.lowlevel import timers_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import RUN_END, WAIT, WAKE, Store, utcnow
 
@@ -116,7 +116,7 @@ async def test_the_timers_settle_a_cancelled_runs_entry_and_wake_the_next_on_tim
     """In the system that keeps both runs: the run cancelled while it slept is not woken, its entry
     is settled, and the run due right after it is woken at its time, not at a later look (made 10 s
     later here, so a slow machine cannot be taken for it)."""
-    monkeypatch.setattr(_timers, "_RETRY", 10.0)
+    monkeypatch.setattr(timers_module, "_RETRY", 10.0)
     agent = napper(seconds=NAP)
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await _asleep(system, agent, "ended")

@@ -17,7 +17,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent
-from actors._durable import _sweep
+from actors.lowlevel import sweep_module
 from actors.models import FunctionModel, Message
 from stores import Store
 
@@ -141,7 +141,7 @@ async def test_an_enqueue_cancelled_while_it_hands_the_run_off_finishes_the_hand
 async def test_an_enqueue_cancelled_while_it_releases_a_run_it_could_not_hand_off_finishes_the_release(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", BOUND)
     agent = _agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await store.setup()
@@ -168,7 +168,7 @@ async def _timed_cancel(call: Callable[[], Awaitable[object]], hung: _Held) -> f
 async def test_a_cancelled_sweep_waits_for_a_hung_release_its_bound_only(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", BOUND)
     async with store_backend.open() as store:
         await _queued_for_another_version(store)
         async with ActorSystem(store, runners=[_agent("2")]) as system:
@@ -183,7 +183,7 @@ async def test_a_cancelled_enqueue_waits_for_a_hung_store_two_bounds_only(
     store_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hand-off hangs, then the release meant to replace it hangs too: each is given its bound."""
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", BOUND)
     agent = _agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await store.setup()
@@ -202,7 +202,7 @@ async def test_a_sweep_whose_release_write_was_cut_off_releases_the_run_at_its_n
     """The store's write of a take's release hangs past its bound: the run may still name this
     process, so no other process can take it, and this process lacks its runner version. The
     process's next sweep takes it again and releases it, for a worker of that version."""
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", BOUND)
     async with store_backend.open() as store:
         await _queued_for_another_version(store)
         async with ActorSystem(store, runners=[_agent("2")]) as system:
@@ -220,7 +220,7 @@ async def test_an_enqueue_whose_hand_off_write_was_cut_off_is_driven_by_its_next
 ) -> None:
     """The store's write of an enqueue's hand-off hangs past its bound: whether the run is in its
     queue is unknown and it may still name this process, so the process's next sweep takes it."""
-    monkeypatch.setattr(_sweep, "_RELEASE_TIMEOUT", BOUND)
+    monkeypatch.setattr(sweep_module, "_RELEASE_TIMEOUT", BOUND)
     agent = _agent()
     async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
         await store.setup()

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from actors import ActorSystem, Agent, tool
-from actors._durable._sources import SourceSession, ToolSource
-from actors._durable._tools import ToolOutcome
+from actors.lowlevel import SourceSession, ToolOutcome, ToolSource
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import InvalidPath, SQLiteStore, is_segment_name
 

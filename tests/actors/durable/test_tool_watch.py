@@ -16,7 +16,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent, tool
-from actors._durable import _tool_watch
+from actors.lowlevel import tool_watch_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FAILED, RUN_END
 
@@ -59,7 +59,7 @@ async def test_tool_calls_in_flight_start_no_task_of_their_own(
     inside their first model calls: watching the calls for a cancel elsewhere costs no task per call
     (on asyncio a loop timer each; on trio one task of the system while calls run). However slow
     the machine, no call here runs long enough to be given a task that watches its run."""
-    monkeypatch.setattr(_tool_watch, "CANCEL_WATCH", LIMIT * 2)
+    monkeypatch.setattr(tool_watch_module, "CANCEL_WATCH", LIMIT * 2)
     runs = 8
     in_model, in_tool = Gate(runs), Gate(runs)
 

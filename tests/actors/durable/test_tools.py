@@ -12,9 +12,7 @@ import msgspec
 import pytest
 
 from actors import Resume, current_run, interrupt, tool
-from actors._durable._context import bind_run
-from actors._durable._interrupt import PauseSignal
-from actors._durable._tools import Tool, ToolOutcome
+from actors.lowlevel import PauseSignal, Tool, ToolOutcome, bind_run
 
 
 class Address(msgspec.Struct):

@@ -30,7 +30,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util._once import Once
 
 from actors import ActorSystem, Agent, Resume, Supervisor, interrupt, tool
-from actors._core import tether_logger
+from actors.lowlevel import tether_logger
 from actors.models import FunctionModel, Message, ModelReply, OpenAIChat, ToolCall, Usage
 from stores import SQLiteStore
 

@@ -22,7 +22,7 @@ from conftest import Backend, Counter
 
 from actors import ActorSystem, Agent, tool
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from benchmarks._queues import _counted, _Counter
+from benchmarks.lowlevel import StatementCounter, counted_statements
 from stores import LLM_CALL, Store
 
 pytestmark = pytest.mark.anyio
@@ -57,12 +57,12 @@ class Meter:
 
     def __init__(self, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
         self.backend = backend
-        self.sqlite = _Counter()
+        self.sqlite = StatementCounter()
         self.postgres = Counter(backend.open(), monkeypatch) if backend.name == "postgres" else None
 
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[Store]:
-        with _counted(self.sqlite):  # SQLite's connections are traced from their opening
+        with counted_statements(self.sqlite):  # SQLite's connections are traced from their opening
             async with self.backend.open() as store:
                 yield store
 

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from actors.lowlevel import text_sink
 from actors.models import FunctionModel, Message, ModelError, ModelReply, ToolCall
-from actors.models._stream import text_sink
 
 pytestmark = pytest.mark.anyio
 CALL = ToolCall("refund", {"order": "A-1"}, "c1")

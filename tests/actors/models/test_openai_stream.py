@@ -14,8 +14,8 @@ import anyio
 import pytest
 from _chat_server import ChatServer, Reply, completion, serve
 
+from actors.lowlevel import text_sink
 from actors.models import Message, ModelError, ModelReply, OpenAIChat, Usage
-from actors.models._stream import text_sink
 
 pytestmark = pytest.mark.anyio
 LIMIT = 20.0

@@ -24,8 +24,8 @@ from _model_runs import running
 from conftest import Backend
 
 from actors import Agent, Resume, interrupt, tool
+from actors.lowlevel import take_in
 from actors.models import FunctionModel, Message, ModelError, ModelReply, OpenAIChat, ToolCall
-from actors.models._intake import take_in
 from stores import HITL_PAUSE, Checkpoint, new_id
 
 LIMIT = 20.0

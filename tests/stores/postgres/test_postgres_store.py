@@ -26,9 +26,12 @@ from stores import (
     StoreUnavailable,
     WriteConflict,
 )
-from stores.postgres._schema import SCHEMA_VERSION
+from stores.lowlevel import postgres_schema_module
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+#: The schema version this code writes.
+SCHEMA_VERSION = postgres_schema_module.SCHEMA_VERSION
 
 
 # -- configuration and connection errors ------------------------------------------------------
@@ -115,9 +118,7 @@ async def test_two_processes_migrate_the_same_fresh_schema(schema: str) -> None:
 
 async def test_a_schema_1_database_is_converted_and_keeps_every_message(schema: str) -> None:
     """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
-    from stores.postgres._schema import MIGRATIONS as _MIGRATIONS
-
-    version, ddl = _MIGRATIONS[0]
+    version, ddl = postgres_schema_module.MIGRATIONS[0]
     assert version == 1
 
     async def write_schema_1(conn: asyncpg.Connection) -> None:

@@ -8,6 +8,7 @@ to take it. A run left mid-step is handed to the fleet instead: any sweep finds 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -112,16 +113,14 @@ async def test_a_store_holds_its_lock_file_open_and_locked_across_takes(
 ) -> None:
     """The lock file is opened and its byte locked once, by the first take: later takes and
     releases neither open it again nor let the lock go, even for an instant."""
-    from stores.sqlite import _locks
-
     opened: list[str] = []
-    real_open = _locks.os.open
+    real_open = os.open
 
     def counted_open(path: str, *args: object) -> int:
         opened.append(path)
         return real_open(path, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_locks.os, "open", counted_open)
+    monkeypatch.setattr(os, "open", counted_open)
     async with SQLiteStore(tmp_path / "tether.db") as store:
         for execution_id in ("a", "b", "c"):
             assert await store.try_lock(execution_id)

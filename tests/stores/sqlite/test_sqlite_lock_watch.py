@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from stores import OwnershipLost, SQLiteStore, StoreUnavailable
-from stores.sqlite._locks import WATCH_INTERVAL
+from stores.lowlevel import WATCH_INTERVAL
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from stores.sqlite._rows import ts
+from stores.lowlevel import ts
 
 _UTC_TIMES = [
     datetime(2026, 12, 1, 21, 32, 55, 957594, tzinfo=UTC),

@@ -414,13 +414,12 @@ async def test_outbox_round_trip(tmp_path: Path) -> None:
 
 async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Path) -> None:
     """Schema 2 moves messages onto the rows that added them; every row reads what it read before."""
-    from stores.sqlite._rows import ts as _ts
-    from stores.sqlite._schema import MIGRATIONS as _MIGRATIONS
-    from stores.sqlite._schema import SCHEMA_VERSION
+    from stores.lowlevel import sqlite_schema_module
+    from stores.lowlevel import ts as _ts
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    v1 = _MIGRATIONS[1]
+    v1 = sqlite_schema_module.MIGRATIONS[1]
     assert isinstance(v1, tuple)
     for statement in v1:
         conn.execute(statement)
@@ -454,7 +453,7 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
             [*more, {"role": "user", "content": "a7"}],
         ]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema_module.SCHEMA_VERSION
         names = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
     assert "messages" not in names and "pending_created" in names
@@ -463,7 +462,7 @@ async def test_a_schema_1_file_is_converted_and_keeps_every_message(tmp_path: Pa
 
 async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path) -> None:
     """Schema 3 replaces the partial index of unsynced rows by a mark: the same rows stay to send."""
-    from stores.sqlite._schema import MIGRATIONS as _MIGRATIONS
+    from stores.lowlevel import sqlite_schema_module
 
     path = tmp_path / "v2.db"
     async with SQLiteStore(path) as store:
@@ -478,7 +477,7 @@ async def test_a_schema_2_file_keeps_its_outbox_without_the_index(tmp_path: Path
     conn.execute("DROP TABLE queue_starts")
     conn.execute("DROP INDEX pending_interrupts_expiry")
     conn.execute("ALTER TABLE pending_interrupts DROP COLUMN expires_at")
-    v1 = _MIGRATIONS[1]
+    v1 = sqlite_schema_module.MIGRATIONS[1]
     assert isinstance(v1, tuple)
     conn.execute(next(s for s in v1 if "checkpoints_unsynced" in s))
     conn.execute("UPDATE checkpoints SET synced = 1 WHERE execution_id IN ('run-0', 'run-1', 'run-3')")

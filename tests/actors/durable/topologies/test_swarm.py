@@ -9,7 +9,7 @@ import pytest
 from conftest import Backend
 
 from actors import ActorSystem, Agent, HandoffLimitExceeded, Swarm, TetherError, tool
-from actors._durable._engine import SIBLING_NOTE
+from actors.lowlevel import SIBLING_NOTE
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import HANDOFF, RUN_END
 
