@@ -14,20 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBlock
 
 from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
-from ._mailbox import WAKE_TOKEN, ExitReason, Failable
+from ._mailbox import WAKE_TOKEN, ExitReason, Failable, Mailbox
 from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
     from ._runtime import ActorRuntime
 
 __all__ = ["Cell"]
@@ -118,9 +117,7 @@ class Cell:
         self.parent = parent
         self.id = actor_id
         self.key = key
-        self._send: MemoryObjectSendStream[object]
-        self._recv: MemoryObjectReceiveStream[object]
-        self._send, self._recv = anyio.create_memory_object_stream(spec.mailbox_size)
+        self._send = self._recv = Mailbox(spec.mailbox_size)
         self.ref = ActorRef(self, self._send)
         self.actor: Actor = spec.factory()
         self.ctx = ActorContext(self)
@@ -325,7 +322,7 @@ class Cell:
         return reason, error
 
     async def _loop(self) -> ExitReason:
-        receive, receive_nowait = self._recv.receive, self._recv.receive_nowait
+        receive = self._recv.receive
         handle = self._handle
         first, self.first = self.first, None
         if first is not None:
@@ -333,25 +330,18 @@ class Cell:
             if self.exit_request is not None and scope is not None:  # a stop came before the task ran
                 scope.deadline = min(scope.deadline, loop_time() + self.spec.stop_timeout)
             await handle(first)
-        taken = 0  # messages taken in a row without yielding to the loop
+        taken = 0  # messages taken in a row without waiting (the mailbox hands a queued one at once)
         while True:
             if self.signal:
                 reason = await self._on_signal()
                 if reason is not None:
                     return reason
-            # A queued message is taken at once (``receive`` would yield a turn of the loop first);
-            # every _STREAK-th one goes through ``receive``, so a busy actor still lets others run.
-            item: object
             if taken < _STREAK:
-                try:
-                    item = receive_nowait()
-                    taken += 1
-                except WouldBlock:
-                    item = await receive()
-                    taken = 0
-            else:
-                item = await receive()
+                taken = taken + 1 if self._recv.ready() else 0
+            else:  # a busy actor still lets others run
                 taken = 0
+                await anyio.lowlevel.checkpoint()
+            item = await receive()
             if item is not WAKE_TOKEN:
                 await handle(item)
 

@@ -10,9 +10,15 @@ plus, at most, one :data:`WAKE_TOKEN`, so a full mailbox cannot hold them back.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from typing import Final
 
-__all__ = ["WAKE_TOKEN", "ExitReason", "Failable"]
+import anyio
+from anyio import ClosedResourceError, EndOfStream, WouldBlock
+
+from ._primitives import new_event
+
+__all__ = ["WAKE_TOKEN", "ExitReason", "Failable", "Mailbox", "MailboxStatistics"]
 
 
 class ExitReason(enum.Enum):
@@ -56,3 +62,116 @@ class _Wake:
 
 
 WAKE_TOKEN: Final = _Wake()
+
+
+class MailboxStatistics:
+    """How full a mailbox is (the fields of anyio's memory-stream statistics that actors read)."""
+
+    __slots__ = ("current_buffer_used", "max_buffer_size", "tasks_waiting_send")
+
+    def __init__(self, used: int, size: int, waiting: int) -> None:
+        self.current_buffer_used = used
+        self.max_buffer_size = size
+        self.tasks_waiting_send = waiting
+
+
+class _Sender:
+    """A sender waiting for room in a full mailbox, with its message."""
+
+    __slots__ = ("item", "queued", "room")
+
+    def __init__(self, item: object) -> None:
+        self.item = item
+        self.queued = False
+        self.room = new_event()
+
+
+class Mailbox:
+    """An actor's bounded mailbox: any number of senders, one reader (the actor's task).
+
+    It speaks as anyio's memory object streams do (``send_nowait`` raises ``WouldBlock`` when full,
+    a closed mailbox refuses with ``ClosedResourceError`` and, once empty, ends with
+    ``EndOfStream``), at less cost per message: a queued message is taken without a turn of the
+    loop, and the reader waits on one event made without a backend lookup. A message stays queued
+    until the reader takes it, so a cancelled ``receive`` loses nothing.
+    """
+
+    __slots__ = ("_closed", "_items", "_reader", "_senders", "_size")
+
+    def __init__(self, size: int) -> None:
+        self._items: deque[object] = deque()
+        self._size = size
+        self._closed = False
+        self._reader: anyio.Event | None = None
+        self._senders: deque[_Sender] = deque()
+
+    def send_nowait(self, item: object) -> None:
+        if self._closed:
+            raise ClosedResourceError
+        if len(self._items) >= self._size:
+            raise WouldBlock
+        self._items.append(item)
+        reader = self._reader
+        if reader is not None:
+            self._reader = None
+            reader.set()
+
+    async def send(self, item: object) -> None:
+        """Queue ``item``, waiting while the mailbox is full (``ClosedResourceError`` once closed).
+        A waiting sender's message is queued as room frees, in the order the senders came."""
+        try:
+            self.send_nowait(item)
+            return
+        except WouldBlock:
+            pass
+        waiting = _Sender(item)
+        self._senders.append(waiting)
+        try:
+            await waiting.room.wait()
+        finally:
+            if not waiting.room.is_set():
+                self._senders.remove(waiting)
+        if not waiting.queued:
+            raise ClosedResourceError
+
+    def ready(self) -> bool:
+        """Whether a message is queued (``receive`` then returns it at once)."""
+        return bool(self._items)
+
+    def receive_nowait(self) -> object:
+        if self._items:
+            item = self._items.popleft()
+            if self._senders:  # the room goes to the first sender waiting for it
+                waiting = self._senders.popleft()
+                self._items.append(waiting.item)
+                waiting.queued = True
+                waiting.room.set()
+            return item
+        if self._closed:
+            raise EndOfStream
+        raise WouldBlock
+
+    async def receive(self) -> object:
+        """The next message, waiting for one (``EndOfStream`` once closed and empty)."""
+        while True:
+            try:
+                return self.receive_nowait()
+            except WouldBlock:
+                arrived = self._reader = new_event()
+                try:
+                    await arrived.wait()
+                finally:
+                    if self._reader is arrived:
+                        self._reader = None
+
+    def close(self) -> None:
+        """Refuse new messages; senders waiting for room and the reader wake to the refusal."""
+        self._closed = True
+        while self._senders:
+            self._senders.popleft().room.set()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.set()
+
+    def statistics(self) -> MailboxStatistics:
+        return MailboxStatistics(len(self._items), self._size, len(self._senders))

@@ -13,9 +13,8 @@ from ._errors import ActorStopped, AskDeadlock, AskTimeout, MailboxFull
 from ._mailbox import Failable
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectSendStream
-
     from ._cell import Cell
+    from ._mailbox import Mailbox
 
 __all__ = ["ActorInfo", "ActorRef", "current_cell"]
 
@@ -67,7 +66,7 @@ class ActorRef:
 
     __slots__ = ("_cell", "_stream", "id")
 
-    def __init__(self, cell: Cell, stream: MemoryObjectSendStream[object]) -> None:
+    def __init__(self, cell: Cell, stream: Mailbox) -> None:
         self._cell = cell
         self._stream = stream
         self.id: str = cell.id
