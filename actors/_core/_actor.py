@@ -110,23 +110,6 @@ class ActorContext:
         A task reports back by sending to ``ctx.self``; an exception it lets out crashes the actor."""
         self._cell.start_task(fn, args)
 
-    def receive_nowait(self) -> object | None:
-        """The next message queued in this actor's mailbox, without waiting (``None`` if none is).
-
-        A long handler (a run actor between two of its steps) reads its mailbox with it; an ``ask``
-        taken this way is answered with ``None``. Call it only from the actor's own handler.
-        """
-        return self._cell.receive_nowait()
-
-    async def receive(self) -> object:
-        """Wait for the next message of this actor's mailbox, from inside its own handler.
-
-        For a handler that waits on its children's answers while it holds state (a topology level
-        waiting for a worker's outcome); an ``ask`` taken this way is answered with ``None``.
-        Raises ``ActorStopped`` when the mailbox closes.
-        """
-        return await self._cell.receive()
-
     def stop(self) -> None:
         """End this actor normally after the current message (a ``permanent`` actor is restarted)."""
         self._cell.stop_normally()

@@ -61,13 +61,17 @@ class _LoopTasks:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def cancel(self) -> None:
-        for task in self._tasks:
+    def cancel(self) -> bool:
+        """Cancel the tasks still running; whether there were any (a finished task leaves the set
+        only in a later turn of the loop)."""
+        running = [task for task in self._tasks if not task.done()]
+        for task in running:
             task.cancel()
+        return bool(running)
 
     async def wait(self) -> None:
-        while self._tasks:
-            await asyncio.wait(tuple(self._tasks))
+        while running := [task for task in self._tasks if not task.done()]:
+            await asyncio.wait(running)
 
 
 class Cell:
@@ -222,39 +226,6 @@ class Cell:
             if not self.running and self.passivate_when_idle:
                 self._wake()  # the loop looks again whether it can retire the actor
 
-    def receive_nowait(self) -> object | None:
-        """The next queued message without waiting, or ``None`` when none is queued.
-
-        For a handler that reads its mailbox between the steps of its own work (a run actor); an
-        ``ask`` taken this way is answered with ``None``.
-        """
-        while True:
-            try:
-                item = self._recv.receive_nowait()
-            except (WouldBlock, EndOfStream, ClosedResourceError):
-                return None
-            if item is not WAKE_TOKEN:
-                return self._taken(item)
-
-    async def receive(self) -> object:
-        """Wait for the next message (``ActorStopped`` once the mailbox is closed)."""
-        while True:
-            try:
-                item = await self._recv.receive()
-            except (EndOfStream, ClosedResourceError):
-                raise ActorStopped(f"{self.id} stopped while waiting for a message") from None
-            if item is not WAKE_TOKEN:
-                return self._taken(item)
-
-    def _taken(self, item: object) -> object:
-        """The message of a queued item a handler took itself (counted as processed; an ``ask``
-        taken this way is answered with ``None``)."""
-        self.processed += 1
-        if type(item) is Ask:
-            item.resolve(None)
-            return item.message
-        return item
-
     def _wake(self) -> None:
         try:
             self._send.send_nowait(WAKE_TOKEN)
@@ -369,9 +340,9 @@ class Cell:
             return reason
         finally:
             self.tasks = None
-            tasks.cancel()
-            with shielded(self.spec.stop_timeout):
-                await tasks.wait()
+            if tasks.cancel():
+                with shielded(self.spec.stop_timeout):
+                    await tasks.wait()
 
     async def _handle(self, item: object) -> None:
         self.processed += 1

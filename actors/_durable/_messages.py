@@ -40,10 +40,10 @@ __all__ = [
     "Spawn",
     "SpawnFork",
     "Step",
-    "Stepped",
     "TakeTurn",
     "Waiting",
     "Wake",
+    "WorkDone",
 ]
 
 
@@ -172,13 +172,12 @@ Step = TakeTurn | RunTool | RerunTool
 """The steps of a level, taken one at a time; a run's actor handles its other messages meanwhile."""
 
 
-class Stepped(msgspec.Struct, tag="stepped", frozen=True):
-    """A task of a level reports to its actor (in-process only): what its work gave (``next``: the
-    next step, a child to run or an outcome; ``None`` for an entry point with nothing to do), the
-    ``error`` that ended it, or ``cut``: the work was cancelled by the run (a cancel, a hand-off to
-    the fleet, a lost lock), having written what it wrote."""
+class WorkDone(msgspec.Struct, tag="work_done", frozen=True):
+    """The task of a level's work reports to its actor (in-process only): what the work gave
+    (``value``), the ``error`` that ended it, or ``cut``: the run cancelled it (a cancel, a hand-off
+    to the fleet, a lost lock), with what it wrote written."""
 
-    next: Any = None
+    value: Any = None
     error: Any = None
     cut: bool = False
 

@@ -2,12 +2,11 @@
 
 Its state is a small value: resting (no activation), or one activation in flight
 (:class:`_Activation`: the level's :class:`~.topologies.LevelMachine`, the reply, a cancel's reason).
-A request (spawn, fork, resume, recover, wake) starts an activation; each step of it (a model turn,
-a tool call: :data:`~._messages.Step`) runs as a task of the actor whose report
-(:class:`~._messages.Stepped`) comes back to the mailbox, as does a child level's
-(:class:`~.topologies._protocol.Reported`), and each report is one transition: the next step, a
-child, the run's conclusion. The actor never loops on its own, so it takes every message while a
-step runs: a ``Cancel`` cuts the step in flight at once and the run writes its failed marker; other
+A request (spawn, fork, resume, recover, wake) starts an activation, whose work (the entry point,
+the steps: model turns and tool calls, the conclusion) runs as one task of the actor and reports its
+end to the mailbox (:class:`~._messages.WorkDone`). The actor's own task never waits on a step, so
+it takes every message while one runs: a ``Cancel`` cuts the step in flight at once (the run then
+writes its failed marker), a child level's report is handed to the work waiting for it, and other
 requests are held, in order, until the activation ends (one activation at a time).
 
 The messages (``actors._durable._messages``) are ``msgspec`` tagged unions with stable tags; a
@@ -56,8 +55,8 @@ from ._messages import (
     RunMessage,
     Spawn,
     SpawnFork,
-    Stepped,
     Wake,
+    WorkDone,
 )
 from ._owned import owned
 from ._result import RunResult
@@ -65,7 +64,7 @@ from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
 from ._sources import HeldSources, uses_sources
 from ._tool_watch import ToolWatch
 from ._trace import RunTrace, active_tracer
-from .topologies import LevelMachine, is_step
+from .topologies import LevelMachine
 from .topologies._protocol import Reported
 
 if TYPE_CHECKING:
@@ -87,16 +86,15 @@ class _Activation:
     """The run actor's state while an activation is in flight: its level's machine (what is in
     flight), the reply it answers, its span, and the reason of a cancel that came meanwhile."""
 
-    __slots__ = ("cancel_reason", "entering", "machine", "reply", "sources", "stray", "token", "trace")
+    __slots__ = ("cancel_reason", "entering", "machine", "reply", "sources", "stray", "trace")
 
     def __init__(self, machine: LevelMachine, reply: Reply, trace: RunTrace | None) -> None:
         self.machine = machine
         self.reply = reply
         self.trace = trace
-        self.token: object = None
         self.cancel_reason: str | None = None
         self.sources: HeldSources | None = None
-        #: Whether the work in flight is the activation's entry point (not cut by a cancel).
+        #: Whether the work is at the activation's entry point (a cancel does not cut it).
         self.entering = False
         #: A message the run cannot take that came meanwhile: the activation fails with it.
         self.stray: TypeError | None = None
@@ -271,13 +269,11 @@ class RunActor(Actor):
 
     async def receive(self, ctx: ActorContext, message: Any) -> None:
         match message:
-            case Stepped():
-                await self._stepped(message)
+            case WorkDone():
+                await self._work_done(message)
             case Reported():
                 if self._now is not None:
-                    stepped = self._now.machine.reported(message)
-                    if stepped is not None:
-                        await self._stepped(stepped)
+                    self._now.machine.reported(message)
             case Request() if self._now is not None:
                 self._hold(message)
             case Request():
@@ -288,7 +284,7 @@ class RunActor(Actor):
                 )
                 if self._now is None:
                     raise stray
-                self._now.stray = stray  # the activation ends with it at its next transition
+                self._now.stray = stray  # the activation ends with it before its next step
         # Requests held while an activation was in flight are taken in order once it ended.
         while self._now is None and self._held:
             await self._begin(ctx, self._held.popleft())
@@ -387,81 +383,74 @@ class RunActor(Actor):
         self._active = True
         self._abandoned = False
         now = self._now = _Activation(LevelMachine(ctx, engine), reply, trace)
-        if trace is not None:
-            now.token = trace.enter()  # the steps' tasks start under the activation's span
         sources = now.sources = HeldSources() if uses_sources(self.runner) else None
         if sources is not None:
             ctx.start_task(
                 sources.hold, self.execution_id, functools.partial(setattr, engine.rows, "sources")
             )
-        if entry is not None:
-            now.entering = True
-            now.machine.run(entry if sources is None else sources.after_ready(entry))
-            return
-        assert found is not None
-        await self._guarded(now, lambda: self._advance(now, found))
+            if entry is not None:
+                entry = sources.after_ready(entry)
+        now.entering = entry is not None
+        now.machine.start(lambda: self._work(now, entry, found))
 
-    async def _stepped(self, stepped: Stepped) -> None:
-        """The work in flight reported: take the activation's next transition."""
+    async def _work(
+        self, now: _Activation, entry: Callable[[], Awaitable[Next | None]] | None, found: Next | None
+    ) -> RunResult:
+        """The activation's work, in its task: the entry point, the steps in order (a cancel or a
+        message the run cannot take stops them before the next), the run's conclusion."""
+        trace, token = now.trace, None
+        if trace is not None:
+            token = trace.enter()  # the span of a new run: current for the whole activation
+        try:
+            if entry is not None:
+                found = await entry()
+                now.entering = False
+                if found is None:  # an entry point with nothing to do: how the run stands
+                    return await now.machine.level.standing()
+                if trace is not None and token is None:
+                    token = trace.enter()  # a resumed run's span began in its entry
+            assert found is not None
+            outcome = await now.machine.drive(found, lambda: self._stops(now))
+            if outcome is None:
+                if now.stray is not None:
+                    raise now.stray
+                assert now.cancel_reason is not None
+                return await now.machine.level.cancel(now.cancel_reason)
+            if isinstance(outcome, HandedOff):
+                raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
+            return await now.machine.level.conclude(outcome)
+        finally:
+            if trace is not None:
+                trace.leave(token)
+
+    def _stops(self, now: _Activation) -> bool:
+        """Before each step: a run this process lost stops here (``OwnershipLost``, nothing
+        written); a cancel or a message the run cannot take stops it."""
+        self._refuse_abandoned()
+        return now.cancel_reason is not None or now.stray is not None
+
+    async def _work_done(self, done: WorkDone) -> None:
+        """The activation's work ended: finish it (after a cut: with the cancel's marker, or, for
+        a lost lock or a hand-off to the fleet, with nothing written)."""
         now = self._now
         if now is None:
-            return  # a report from an activation already ended (its cut raced its end)
+            return  # pragma: no cover (one activation's work at a time)
         now.machine.scope = None
-        now.entering = False
-        if now.stray is not None:
-            await self._finish(now, None, now.stray)
-        elif stepped.cut:
-            await self._guarded(now, lambda: self._after_cut(now))
-        elif stepped.error is not None:
-            await self._finish(now, None, stepped.error)
-        elif stepped.next is None:  # an entry point with nothing to do: how the run stands
-            await self._guarded(now, lambda: self._concluded(now, now.machine.level.standing()))
-        else:
-            if now.trace is not None and now.token is None:
-                now.token = now.trace.enter()  # a resumed run's span began in its entry
-            await self._guarded(now, lambda: self._advance(now, stepped.next))
-
-    async def _guarded(self, now: _Activation, transition: Callable[[], Awaitable[None]]) -> None:
-        """Run a transition of ``now``; an error it raises ends the activation with it."""
         try:
-            await transition()
+            if done.error is not None:
+                raise done.error
+            self._refuse_abandoned()
+            self._refuse_released()
+            if done.cut:
+                result = await now.machine.level.cancel(now.cancel_reason or "cancelled")
+            else:
+                result = done.value
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:
-            if self._now is now:
-                await self._finish(now, None, error)
-
-    async def _advance(self, now: _Activation, found: Next) -> None:
-        """The next transition of the activation from ``found``: a step (unless a cancel came or
-        the lock was lost), a child, or the run's conclusion."""
-        machine = now.machine
-        if is_step(found):
-            self._refuse_abandoned()
-            if now.cancel_reason is not None:
-                await self._concluded(now, machine.level.cancel(now.cancel_reason))
-                return
-        outcome = await machine.advance(found)
-        if outcome is None:
-            return
-        if isinstance(outcome, HandedOff):
-            raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
-        await self._concluded(now, machine.level.conclude(outcome), check=True)
-
-    async def _after_cut(self, now: _Activation) -> None:
-        """The work in flight was cut: by a lost lock or a hand-off (nothing written), else by a
-        cancel (its failed marker)."""
-        self._refuse_abandoned()
-        self._refuse_released()
-        await self._concluded(now, now.machine.level.cancel(now.cancel_reason or "cancelled"))
-
-    async def _concluded(
-        self, now: _Activation, ending: Awaitable[RunResult], *, check: bool = False
-    ) -> None:
-        result = await ending
-        if check:
-            self._refuse_abandoned()
-            self._refuse_released()
-        await self._finish(now, result, None)
+            await self._finish(now, None, error)
+        else:
+            await self._finish(now, result, None)
 
     async def _finish(self, now: _Activation, result: RunResult | None, error: BaseException | None) -> None:
         """End the activation: close its sources, release the lock (shielded, bounded), end its
@@ -472,7 +461,6 @@ class RunActor(Actor):
         await self._unlock()
         trace = now.trace
         if trace is not None:
-            trace.leave(now.token)
             if result is not None:
                 trace.ended(result)
             else:
@@ -500,7 +488,6 @@ class RunActor(Actor):
             return
         stopped = self._stopped()
         if now.trace is not None:
-            now.trace.leave(now.token)
             now.trace.abandon(stopped)
         now.reply.settle(None, stopped)
         self._warn_stopped()

@@ -9,11 +9,11 @@ in ``_protocol``.
 from typing import TypeAlias
 
 from .._agent import Agent
-from ._child import ChildLevel, LevelMachine, is_step
+from ._child import ChildLevel, LevelMachine
 from ._supervisor import Supervisor
 from ._swarm import Swarm
 
-__all__ = ["ChildLevel", "LevelMachine", "Runner", "Supervisor", "Swarm", "is_step"]
+__all__ = ["ChildLevel", "LevelMachine", "Runner", "Supervisor", "Swarm"]
 
 Runner: TypeAlias = Agent | Swarm | Supervisor
 """What a durable run runs: ``ActorSystem(runners=...)`` and ``spawn`` take these."""

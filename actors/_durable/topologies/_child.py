@@ -1,13 +1,13 @@
 """The machine each level's actor runs (the root's too), and the child actor of a topology level.
 
-A level's actor holds a :class:`LevelMachine`: what its level has in flight. Each step (a model turn,
-a tool call) runs as a task of the actor (``ctx.start_task``) whose result comes back to the mailbox
-as :class:`~actors._durable._messages.Stepped`; the actor then takes the next transition
-(:meth:`LevelMachine.advance`): the next step's task, a :class:`ChildLevel` actor for a
-:class:`~actors._durable._level.Delegation` (whose :class:`Reported` comes back the same way), or
-the level's outcome. The actor never loops on its own, so between two transitions it handles
-whatever else its mailbox holds. A child is stopped when its parent's activation ends for any
-reason, so no level outlives the activation that started it.
+A level's actor holds a :class:`LevelMachine`. The level's work (its steps: model turns, tool
+calls) runs as one task of the actor (``ctx.start_task``), which takes the steps in order and
+reports the end of the work to the mailbox as :class:`~actors._durable._messages.WorkDone`; the
+actor's own task stays free, so it takes every message meanwhile (a cancel cuts the work at once).
+For a :class:`~actors._durable._level.Delegation` the work starts a :class:`ChildLevel` actor and
+waits for its :class:`Reported`, which comes to the parent's mailbox and is handed on. A child is
+stopped when the work that waits for it ends for any reason, so no level outlives the activation
+that started it.
 """
 
 from __future__ import annotations
@@ -16,105 +16,126 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from ..._core import Actor, ActorContext, ActorRef, ActorStopped, Restart, cancel_scope, loop_time
+from ..._core import (
+    Actor,
+    ActorContext,
+    ActorRef,
+    ActorStopped,
+    LazyEvent,
+    Restart,
+    cancel_scope,
+    loop_time,
+    shielded,
+)
 from .._level import Delegation, Level, Next
-from .._messages import Answered, Failed, HandedOff, Outcome, Paused, Stepped, Waiting
+from .._messages import Answered, Failed, HandedOff, Outcome, Paused, Waiting, WorkDone
 from ._protocol import Begin, Reported
 
-__all__ = ["ChildLevel", "LevelMachine", "is_step"]
+__all__ = ["ChildLevel", "LevelMachine"]
 
+#: Bound on stopping a child actor once its parent no longer waits for it (shielded).
+_STOP_TIMEOUT = 5.0
 _OUTCOMES = (Answered, Paused, Waiting, Failed, HandedOff)
 
 
-def is_step(found: Next) -> bool:
-    """Whether ``found`` (what a level's work gave) is a step of the level itself."""
-    return not isinstance(found, (Delegation, *_OUTCOMES))
-
-
 class LevelMachine:
-    """What one level's actor has in flight: the task of a step (``scope``) or a child level's actor
-    (``child``), never both. The actor feeds it the reports that come back to its mailbox."""
+    """What one level's actor has in flight: the level's work, run as one task of the actor
+    (:meth:`start`) that takes its steps in order (:meth:`drive`) and reports :class:`WorkDone` to
+    the mailbox; a child level's actor it waits for; and the scope that cuts it all."""
 
-    __slots__ = ("child", "ctx", "level", "scope")
+    __slots__ = ("_arrived", "ctx", "level", "scope")
 
     def __init__(self, ctx: ActorContext, level: Level) -> None:
         self.ctx = ctx
         self.level = level
         self.scope: anyio.CancelScope | None = None
-        self.child: ChildLevel | None = None
+        self._arrived: _Arrival | None = None
 
-    def run(self, work: Callable[[], Awaitable[Next | None]]) -> None:
-        """Start ``work`` as a task of the actor; it reports :class:`Stepped` to the mailbox."""
+    def start(self, work: Callable[[], Awaitable[object]]) -> None:
+        """Run ``work`` as a task of the actor; it reports :class:`WorkDone` to the mailbox."""
         # Made here, entered in the task: a cut before the task runs still cancels it.
         scope = self.scope = cancel_scope()
         self.ctx.start_task(self._work, scope, work)
 
-    async def _work(self, scope: anyio.CancelScope, work: Callable[[], Awaitable[Next | None]]) -> None:
-        report: Stepped
+    async def _work(self, scope: anyio.CancelScope, work: Callable[[], Awaitable[object]]) -> None:
+        report: WorkDone
         with scope:
             try:
-                report = Stepped(next=await work())
+                report = WorkDone(value=await work())
             except Exception as error:
-                report = Stepped(error=error)
+                report = WorkDone(error=error)
         if scope.cancelled_caught:
-            report = Stepped(cut=True)
+            report = WorkDone(cut=True)
         try:
             await self.ctx.self.send(report)
         except ActorStopped:
             pass  # the actor stops: its clean-up answers for the run
 
-    async def advance(self, found: Next) -> Outcome | None:
-        """The transition after the level's work gave ``found``: a step starts its task, a
-        delegation its child actor (``None`` while either is in flight); an outcome ends the level.
-        A caller that stops before a step checks :func:`is_step` first."""
-        if isinstance(found, Delegation):
-            await self._start_child(found)
-            return None
-        if isinstance(found, _OUTCOMES):
-            return found
+    async def drive(self, found: Next, stop: Callable[[], bool]) -> Outcome | None:
+        """Take the level's steps from ``found`` to its outcome; ``None`` when ``stop`` (asked
+        before each step) says to stop."""
         level = self.level
-        self.run(lambda: level.step(found))
-        return None
+        while True:
+            if isinstance(found, Delegation):
+                found = await level.after_child(await self._run_child(found))
+            elif isinstance(found, _OUTCOMES):
+                return found
+            else:
+                if stop():
+                    return None
+                found = await level.step(found)
 
-    def reported(self, report: Reported) -> Stepped | None:
-        """Take a child's report: its outcome goes back to the level (a task of
-        :meth:`~actors._durable._level.Level.after_child`: ``None``); an error or a cut becomes the
-        :class:`Stepped` to handle. A report from no child in flight (a late one) is dropped: ``None``."""
-        if self.child is None:
-            return None
-        self.child = None
-        if report.cut:
-            return Stepped(cut=True)
-        if report.error is not None:
-            return Stepped(error=report.error)
-        outcome: Outcome = report.outcome
-        level = self.level
-        self.run(lambda: level.after_child(outcome))
-        return None
-
-    def cut(self) -> None:
-        """Cancel what is in flight: the step's task, or the child's (which then reports the cut)."""
-        if self.scope is not None:
-            self.scope.cancel()
-        elif self.child is not None:
-            self.child.cut()
-
-    def bound(self, seconds: float) -> None:
-        """Cut what is in flight in ``seconds`` at the latest."""
-        if self.scope is not None:
-            self.scope.deadline = min(self.scope.deadline, loop_time() + seconds)
-        elif self.child is not None:
-            self.child.bound(seconds)
-
-    async def _start_child(self, delegation: Delegation) -> None:
-        child = ChildLevel(delegation, self.ctx.self)
-        ref: ActorRef = await self.ctx.start_child(
-            child,
+    async def _run_child(self, delegation: Delegation) -> Outcome:
+        """Run ``delegation`` as a child actor and wait for its report (as long as the child's
+        steps take, as ``RunRef.result()`` does); a cut of this level stops the child with it."""
+        ref = await self.ctx.start_child(
+            ChildLevel(delegation, self.ctx.self),
             restart=Restart.TEMPORARY,
             bindings={"execution_id": delegation.level.execution_id, "agent_path": delegation.level.path},
         )
-        self.child = child
-        await ref.send(Begin())
+        arrived = self._arrived = _Arrival()
+        try:
+            await ref.send(Begin())
+            await arrived.event.wait()
+            report = arrived.report
+            assert report is not None
+            if report.error is not None:
+                raise report.error
+            outcome: Outcome = report.outcome
+            return outcome
+        finally:
+            self._arrived = None
+            with shielded(_STOP_TIMEOUT):
+                await ref.stop(timeout=0)
+
+    def reported(self, report: Reported) -> None:
+        """A child's report came to the actor's mailbox: hand it to the work waiting for it."""
+        arrived = self._arrived
+        if arrived is not None and arrived.report is None:
+            arrived.report = report
+            arrived.event.set()
+
+    def cut(self) -> None:
+        """Cancel the work in flight (a child it waits for is stopped with it)."""
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def bound(self, seconds: float) -> None:
+        """Cut the work in flight in ``seconds`` at the latest."""
+        if self.scope is not None:
+            self.scope.deadline = min(self.scope.deadline, loop_time() + seconds)
+
+
+class _Arrival:
+    __slots__ = ("event", "report")
+
+    def __init__(self) -> None:
+        self.event = LazyEvent()
+        self.report: Reported | None = None
+
+
+def _never() -> bool:
+    return False
 
 
 class ChildLevel(Actor):
@@ -128,52 +149,24 @@ class ChildLevel(Actor):
         self.parent = parent
         self.machine: LevelMachine | None = None
 
-    def cut(self) -> None:
-        """The parent gives up on this level: cancel what it has in flight (it reports the cut)."""
-        if self.machine is not None:
-            self.machine.cut()
-
-    def bound(self, seconds: float) -> None:
-        if self.machine is not None:
-            self.machine.bound(seconds)
-
     async def receive(self, ctx: ActorContext, message: object) -> None:
-        try:
-            match message:
-                case Begin():
-                    self.machine = LevelMachine(ctx, self.delegation.level)
-                    self.machine.run(self.delegation.begin)
-                case Stepped():
-                    await self._stepped(ctx, message)
-                case Reported():
-                    assert self.machine is not None
-                    stepped = self.machine.reported(message)
-                    if stepped is not None:
-                        await self._stepped(ctx, stepped)
-                case _:
-                    raise TypeError(
-                        f"a topology level takes Begin and its children's reports, not {type(message).__name__}"
-                    )
-        except anyio.get_cancelled_exc_class():
-            raise
-        except Exception as error:
-            await self._report(ctx, Reported(error=error))
+        match message:
+            case Begin():
+                machine = self.machine = LevelMachine(ctx, self.delegation.level)
+                begin = self.delegation.begin
+                machine.start(lambda: self._work(machine, begin))
+            case WorkDone(value=outcome, error=error):
+                try:
+                    await self.parent.send(Reported(outcome=outcome, error=error))
+                finally:
+                    ctx.stop()
+            case Reported() if self.machine is not None:
+                self.machine.reported(message)
+            case _:
+                raise TypeError(
+                    f"a topology level takes Begin and its children's reports, not {type(message).__name__}"
+                )
 
-    async def _stepped(self, ctx: ActorContext, stepped: Stepped) -> None:
-        machine = self.machine
-        assert machine is not None
-        machine.scope = None
-        if stepped.cut:
-            await self._report(ctx, Reported(cut=True))
-        elif stepped.error is not None:
-            await self._report(ctx, Reported(error=stepped.error))
-        else:
-            outcome = await machine.advance(stepped.next)
-            if outcome is not None:
-                await self._report(ctx, Reported(outcome=outcome))
-
-    async def _report(self, ctx: ActorContext, report: Reported) -> None:
-        try:
-            await self.parent.send(report)
-        finally:
-            ctx.stop()
+    @staticmethod
+    async def _work(machine: LevelMachine, begin: Callable[[], Awaitable[Next]]) -> Outcome | None:
+        return await machine.drive(await begin(), _never)
