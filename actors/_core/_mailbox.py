@@ -9,6 +9,7 @@ plus, at most, one :data:`WAKE_TOKEN`, so a full mailbox cannot hold them back.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections import deque
 from typing import Final
@@ -16,7 +17,7 @@ from typing import Final
 import anyio
 from anyio import ClosedResourceError, EndOfStream, WouldBlock
 
-from ._primitives import new_event
+from ._primitives import new_event, running_asyncio_loop
 
 __all__ = ["WAKE_TOKEN", "ExitReason", "Failable", "Mailbox", "MailboxStatistics"]
 
@@ -75,6 +76,14 @@ class MailboxStatistics:
         self.tasks_waiting_send = waiting
 
 
+def _wake(reader: asyncio.Future[None] | anyio.Event) -> None:
+    if isinstance(reader, asyncio.Future):
+        if not reader.done():
+            reader.set_result(None)
+    else:
+        reader.set()
+
+
 class _Sender:
     """A sender waiting for room in a full mailbox, with its message."""
 
@@ -102,7 +111,7 @@ class Mailbox:
         self._items: deque[object] = deque()
         self._size = size
         self._closed = False
-        self._reader: anyio.Event | None = None
+        self._reader: asyncio.Future[None] | anyio.Event | None = None
         self._senders: deque[_Sender] = deque()
 
     def send_nowait(self, item: object) -> None:
@@ -114,7 +123,7 @@ class Mailbox:
         reader = self._reader
         if reader is not None:
             self._reader = None
-            reader.set()
+            _wake(reader)
 
     async def send(self, item: object) -> None:
         """Queue ``item``, waiting while the mailbox is full (``ClosedResourceError`` once closed).
@@ -157,11 +166,23 @@ class Mailbox:
             try:
                 return self.receive_nowait()
             except WouldBlock:
-                arrived = self._reader = new_event()
+                pass
+            loop = running_asyncio_loop()
+            if loop is None:
+                event = new_event()
+                self._reader = event
                 try:
-                    await arrived.wait()
+                    await event.wait()
                 finally:
-                    if self._reader is arrived:
+                    if self._reader is event:
+                        self._reader = None
+            else:  # on asyncio a bare future: the cheapest wait there is
+                future: asyncio.Future[None] = loop.create_future()
+                self._reader = future
+                try:
+                    await future
+                finally:
+                    if self._reader is future:
                         self._reader = None
 
     def close(self) -> None:
@@ -171,7 +192,7 @@ class Mailbox:
             self._senders.popleft().room.set()
         reader, self._reader = self._reader, None
         if reader is not None:
-            reader.set()
+            _wake(reader)
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(len(self._items), self._size, len(self._senders))
