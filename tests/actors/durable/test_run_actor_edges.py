@@ -135,8 +135,14 @@ async def test_a_stray_message_to_a_run_mid_run_fails_it_with_a_type_error_namin
         async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
             ref = await system.spawn(agent, "go", execution_id="stray-1")
             await entered.wait()
+            actor = system.runtime.registry.lookup("stray-1")
+            assert actor is not None
+            taken = actor.inspect().received
             await system.runtime.deliver("stray-1", no_activation, "hello")
-            go.set()  # the tool's step ends; the actor reads its mailbox before the next step
+            with anyio.fail_after(BOUND):  # the actor takes it while the tool runs
+                while actor.inspect().received == taken:  # noqa: ASYNC110 (no event for a take)
+                    await anyio.sleep(0.001)
+            go.set()  # the tool's step ends; the run stops before its next step
             with pytest.raises(TypeError) as raised:
                 await ref.result(timeout=BOUND)
     assert str(raised.value) == "run 'stray-1' takes run requests, not str"
