@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -64,17 +63,25 @@ class Occurrences:
 T = TypeVar("T")
 
 
-class RunStop(threading.Event):
+class RunStop:
     """Set when another process cancelled the run while a step ran. From then on no ``@idempotent``
     body starts for the run, and a sync tool's thread waited for with :meth:`in_thread` is abandoned
-    (it runs on, and what it returns is ignored). Set on the event loop's thread."""
+    (it runs on, and what it returns is ignored). Set on the event loop's thread; read from any.
+
+    A flag rather than a ``threading.Event`` (nothing waits on it): one is made per tool call."""
+
+    __slots__ = ("_set", "_waiting")
 
     def __init__(self) -> None:
-        super().__init__()
+        self._set = False
         self._waiting: anyio.CancelScope | None = None
 
+    def is_set(self) -> bool:
+        """Whether the run was cancelled from another process."""
+        return self._set
+
     def set(self) -> None:
-        super().set()
+        self._set = True
         if self._waiting is not None:
             self._waiting.cancel()
 
@@ -152,14 +159,24 @@ def current_resume() -> Resume | None:
     return None if ctx is None else ctx.resume
 
 
-@contextmanager
-def bind(ctx: RunContext) -> Iterator[RunContext]:
-    """Bind ``ctx`` for the ``with`` block (in this task and what it starts), then restore."""
-    token = _current.set(ctx)
-    try:
-        yield ctx
-    finally:
-        _current.reset(token)
+class bind:
+    """Bind ``ctx`` for the ``with`` block (in this task and what it starts), then restore.
+
+    A small class rather than a ``@contextmanager`` generator: it is entered on every tool call."""
+
+    __slots__ = ("_ctx", "_token")
+
+    _token: Token[RunContext | None]
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    def __enter__(self) -> RunContext:
+        self._token = _current.set(self._ctx)
+        return self._ctx
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
 
 
 def bind_run(
@@ -174,7 +191,7 @@ def bind_run(
     outage_grace: float = 60.0,
     stopped: RunStop | None = None,
     waits: StepWaits | None = None,
-) -> AbstractContextManager[RunContext]:
+) -> bind:
     """Bind a new :class:`RunContext` for the ``with`` block (an execution of the step ``step``,
     counting its ``@idempotent`` calls from 0)."""
     return bind(

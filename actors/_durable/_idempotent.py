@@ -47,7 +47,6 @@ import functools
 import hashlib
 import inspect
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -68,7 +67,7 @@ from stores import (
 from stores import normalize_json as normalize
 
 from .._core import LazyEvent
-from ._context import RunContext, check_owner, current_context
+from ._context import RunContext, RunStop, check_owner, current_context
 from ._errors import SideEffectInDoubt
 from ._runlog import StepAbandoned, cancelled_elsewhere, outage_abandoned, outlast, refusal_abandoned
 
@@ -167,7 +166,7 @@ class _Call:
         *,
         at_most_once: bool,
         grace: float,
-        stopped: threading.Event | None = None,
+        stopped: RunStop | None = None,
     ) -> None:
         self.store = store
         self.grace = grace
