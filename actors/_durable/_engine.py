@@ -169,17 +169,22 @@ class AgentLevel(Level):
         self._below = route.below(own[-1].seq)
         return self._reenter(own[-1], None, after_pause=route.after_pause)
 
-    async def _step(self, step: Step) -> Next:
+    def _step(self, step: Step) -> Awaitable[Next]:
         if self.agent.sources and self._offered is None:
-            await self._offer(None if self._fresh else self.path)
+            return self._offered_step(step)
         match step:
             case TakeTurn(turn=turn, row=row):
-                return await self._take_turn(turn, row)
+                return self._take_turn(turn, row)
             case RunTool(turn=turn, index=index):
-                return await self._run_tool(turn, index)
+                return self._run_tool(turn, index)
             case RerunTool(turn=turn, index=index, decision=decision, after_pause=after_pause):
-                return await self._rerun_tool(turn, index, decision, after_pause)
+                return self._rerun_tool(turn, index, decision, after_pause)
         raise TypeError(f"unknown step {step!r}")  # pragma: no cover
+
+    async def _offered_step(self, step: Step) -> Next:
+        """``step``, once the sources' tools this activation offers are listed."""
+        await self._offer(None if self._fresh else self.path)
+        return await self._step(step)
 
     async def _take_turn(self, turn: int, row: Checkpoint | None = None) -> Step | Outcome:
         """Model call ``turn``: its row (unless ``row`` is written already), the call, then the

@@ -181,7 +181,9 @@ class Level:
         """This level's first step when a resume or a recovery re-enters it (rule 5 at every depth)."""
         raise NotImplementedError
 
-    async def _step(self, step: Step) -> Next:
+    def _step(self, step: Step) -> Awaitable[Next]:
+        """The work of ``step`` (an awaitable: a level that only picks the work hands it on, one
+        coroutine layer less per step)."""
         raise TypeError(f"{type(self).__name__} takes no step {step!r}")
 
     async def _after_child(self, outcome: Outcome) -> Next:
@@ -454,11 +456,23 @@ class Level:
         used id or a store error (a lost lock, a store still unusable after its outage grace), which
         propagate: that writer stops and writes nothing more, and a store error is never a failure.
         """
-        return await _ended(self._step(step))
+        try:
+            return await self._step(step)
+        except Exception as error:
+            ended = _ended(error)
+            if ended is None:
+                raise
+            return ended
 
     async def after_child(self, outcome: Outcome) -> Next:
         """Take in the outcome of the child this level's last step started (as :meth:`step` does)."""
-        return await _ended(self._after_child(outcome))
+        try:
+            return await self._after_child(outcome)
+        except Exception as error:
+            ended = _ended(error)
+            if ended is None:
+                raise
+            return ended
 
     async def conclude(self, outcome: Outcome) -> RunResult:
         """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
@@ -573,19 +587,17 @@ class Level:
             self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
 
 
-async def _ended(work: Awaitable[Next]) -> Next:
-    """What ``work`` (a step, or the take-in of a child's outcome) leads to: a pause or a rest it
-    raised as its outcome, an exception as :class:`Failed`, except those that stop the writer."""
-    try:
-        return await work
-    except PausedSignal as paused:
-        return Paused(paused.pending)
-    except RestedSignal as rested:
-        return Waiting(rested.name, rested.wake_at)
-    except (AlreadyResumed, RunExists, StoreError):
-        raise
-    except Exception as error:
-        return Failed(f"{type(error).__name__}: {error}")
+def _ended(error: Exception) -> Outcome | None:
+    """The outcome a step (or the take-in of a child's outcome) that raised ``error`` leads to: a
+    pause or a rest it raised, any other exception as :class:`Failed`; ``None`` for those that stop
+    the writer (a lost race, a used id, a store error), which propagate."""
+    if isinstance(error, PausedSignal):
+        return Paused(error.pending)
+    if isinstance(error, RestedSignal):
+        return Waiting(error.name, error.wake_at)
+    if isinstance(error, AlreadyResumed | RunExists | StoreError):
+        return None
+    return Failed(f"{type(error).__name__}: {error}")
 
 
 def storable_text(text: str) -> str:
