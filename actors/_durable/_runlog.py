@@ -166,10 +166,13 @@ async def outlast(
     grace: float,
     what: str,
     committed: Callable[[], Awaitable[bool]] | None = None,
+    failed: StoreUnavailable | None = None,
 ) -> T:
     """``await attempt()``, again and again while the store is unusable (``StoreUnavailable``,
     which covers a lost connection and a write whose outcome is unknown), with backoff, for up to
-    ``grace`` seconds; then ``OwnershipLost`` (see :func:`outage_abandoned`).
+    ``grace`` seconds; then ``OwnershipLost`` (see :func:`outage_abandoned`). ``failed`` is the
+    error of an attempt the caller made already (its common case tries once, without this loop):
+    the loop goes on from there.
 
     A lost lock (``OwnershipLost``) is never retried. After an outage, a retry refused because its
     row is taken (``AlreadyResumed``, ``WriteConflict``, ``RunExists``) asks ``committed()``: ``True``
@@ -179,27 +182,30 @@ async def outlast(
     deadline: float | None = None
     pause = _FIRST_PAUSE
     while True:
-        try:
-            return await attempt()
-        except OwnershipLost:
-            raise
-        except StoreUnavailable as error:
-            now = anyio.current_time()
-            if deadline is None:
-                deadline = now + grace
-                _log.warning(
-                    "store unusable: retrying", execution_id=execution_id, write=what, error=repr(error)
-                )
-            if now >= deadline:
-                raise outage_abandoned(execution_id, grace, error) from error
-            await anyio.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, _LONGEST_PAUSE)
-        except (AlreadyResumed, RunExists):
-            if deadline is None or committed is None:
+        if failed is None:
+            try:
+                return await attempt()
+            except OwnershipLost:
                 raise
-            if not await outlast(committed, execution_id=execution_id, grace=grace, what=what):
-                raise
-            return cast("T", None)
+            except StoreUnavailable as unusable:
+                failed = unusable
+            except (AlreadyResumed, RunExists):
+                if deadline is None or committed is None:
+                    raise
+                if not await outlast(committed, execution_id=execution_id, grace=grace, what=what):
+                    raise
+                return cast("T", None)
+        elif isinstance(failed, OwnershipLost):
+            raise failed
+        error, failed = failed, None
+        now = anyio.current_time()
+        if deadline is None:
+            deadline = now + grace
+            _log.warning("store unusable: retrying", execution_id=execution_id, write=what, error=repr(error))
+        if now >= deadline:
+            raise outage_abandoned(execution_id, grace, error) from error
+        await anyio.sleep(min(pause, deadline - now))
+        pause = min(pause * 2, _LONGEST_PAUSE)
 
 
 class StepLog:
@@ -386,7 +392,8 @@ class RunLog:
             snapshot[SHARED] = decode_json(encode_json(self.shared, path="$.shared"))
         if self.version is not None:
             snapshot[VERSION] = self.version
-        seq = self.take_seq()
+        seq = self._next_seq
+        self._next_seq = seq + 1
         if seq == 0 and self.fingerprint is not None:
             snapshot[FINGERPRINT] = self.fingerprint
         if self._billed is not None or self.traceparent is not None:
@@ -441,9 +448,15 @@ class RunLog:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    async def _outlast(self, attempt: Callable[[], Awaitable[object]], row: Checkpoint) -> None:
-        """``attempt`` (a write of ``row``) through a store outage (:func:`outlast`); a retry that
-        finds ``row`` itself committed is done."""
+    async def _outlast(
+        self,
+        attempt: Callable[[], Awaitable[object]],
+        row: Checkpoint,
+        failed: StoreUnavailable | None = None,
+    ) -> None:
+        """``attempt`` (a write of ``row``) through a store outage (:func:`outlast`; ``failed``: the
+        first attempt, made by the caller, met one); a retry that finds ``row`` itself committed is
+        done."""
 
         async def committed() -> bool:
             found = await self.store.get(self.execution_id, row.checkpoint_id)
@@ -456,18 +469,30 @@ class RunLog:
                 grace=self.grace,
                 what=row.node_id,
                 committed=committed,
+                failed=failed,
             )
         except BaseException:
-            # Not written (refused, cut short, abandoned): the next row (a failure's marker) takes
-            # this seq, so no gap is left. Had it committed after all, that row is refused instead.
-            if self._next_seq == row.seq + 1:
-                self._next_seq = row.seq
+            self._unwritten(row)
             raise
+
+    def _unwritten(self, row: Checkpoint) -> None:
+        """``row`` was not written (refused, cut short, abandoned): the next row (a failure's
+        marker) takes its seq, so no gap is left. Had it committed after all, that row is refused
+        instead."""
+        if self._next_seq == row.seq + 1:
+            self._next_seq = row.seq
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` (``WriteConflict`` / ``RunExists`` if its ``seq`` is taken), riding out a
         store outage (:func:`outlast`)."""
-        await self._outlast(lambda: self.store.append(row), row)
+        store = self.store
+        try:
+            await store.append(row)  # the common case, without the retry loop's layers
+        except StoreUnavailable as error:
+            await self._outlast(lambda: store.append(row), row, error)
+        except BaseException:
+            self._unwritten(row)
+            raise
         if self._written(row):
             await anyio.lowlevel.checkpoint()  # the cancel lands here, before the row's step
 
@@ -545,5 +570,11 @@ class RunLog:
             if scope.cancelled_caught:
                 raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")
 
-        await self._outlast(attempt, row)
+        try:
+            await attempt()  # the common case, without the retry loop's layers
+        except StoreUnavailable as error:
+            await self._outlast(attempt, row, error)
+        except BaseException:
+            self._unwritten(row)
+            raise
         self._written(row)
