@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final, Self
 
 from stores import COMPLETED, RUN_END, Checkpoint, RowWatch, Store
@@ -97,6 +97,9 @@ class EventHub:
 
     def __init__(self) -> None:
         self._subs: dict[str, weakref.WeakSet[_Subscription]] = {}
+        #: The runs that have (or had, until a publish drops them) subscriptions: a writer skips
+        #: :meth:`publish` for a run not in it. The hub's own dict, read-only outside the hub.
+        self.followed: Mapping[str, object] = self._subs
         # Per run with readers: the highest text attempt published for each (agent_path, node_id).
         self._highest: dict[str, dict[tuple[str | None, str], int]] = {}
 
@@ -133,18 +136,18 @@ class EventHub:
         (``sink(text, client_attempt)``), raised when needed above every attempt this process
         published for the same step while the run had readers, so a reader sees it only grow.
         """
-        eid, path, seq, base = row.execution_id, row.agent_path, row.seq, attempt_of(row)
-        step = (path, row.node_id)
+        eid, path, seq = row.execution_id, row.agent_path, row.seq
         state = [0, 0]  # the client's attempt, and the attempt it is published as
 
         def sink(text: str, client_attempt: int) -> None:
             subs = self._subs.get(eid)
             if not subs:
                 return
-            if client_attempt != state[0]:
+            if client_attempt != state[0]:  # (most model calls stream nothing: worked out here)
+                step = (path, row.node_id)
                 highest = self._highest.setdefault(eid, {})
                 state[0] = client_attempt
-                state[1] = max(base + client_attempt - 1, highest.get(step, 0) + 1)
+                state[1] = max(attempt_of(row) + client_attempt - 1, highest.get(step, 0) + 1)
                 highest[step] = state[1]
             delta: TextDelta | None = None
             for sub in list(subs):

@@ -231,7 +231,7 @@ class StepLog:
     def committed(self, row: Checkpoint) -> None:
         """``row`` was committed: publish it, and log it with the step it starts."""
         self.last = row
-        if self._hub is not None:
+        if self._hub is not None and row.execution_id in self._hub.followed:
             self._hub.publish(row)
         if not LOGGER.isEnabledFor(logging.INFO):
             return
