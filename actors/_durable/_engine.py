@@ -258,13 +258,10 @@ class AgentLevel(Level):
             schemas.append(self.agent.output.entry)
         return schemas
 
-    def _row(self, **fields: Any) -> Checkpoint:
-        """A step row (``Level._row``); the first model or tool row after the sources' tools were
-        listed afresh records them."""
-        row = super()._row(**fields)
-        if self._unrecorded is not None and row.step_type in (LLM_CALL, TOOL_CALL):
+    def _record(self, row: Checkpoint) -> None:
+        """Record on ``row`` (a model or tool row) the sources' tools listed afresh, once."""
+        if self._unrecorded is not None:
             row.state_snapshot[RECORD], self._unrecorded = self._unrecorded, None
-        return row
 
     def _turn_row(self, turn: int) -> Checkpoint:
         """The ``turn:N`` row of model call ``turn`` (``MaxTurnsExceeded`` past the agent's turns)."""
@@ -272,13 +269,16 @@ class AgentLevel(Level):
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
-        return self._row(
+        row = self._row(
             node_id=turn_node(turn),
             step_type=LLM_CALL,
             turn=turn,
             transcript=self._transcript,
             node_input=self._reissue(),
         )
+        if self._unrecorded is not None:
+            self._record(row)
+        return row
 
     async def _run_tool(self, turn: int, index: int) -> Next:
         """Tool call ``index`` of the reply of ``turn``: a row, then the call; past the last, the next turn."""
@@ -296,6 +296,8 @@ class AgentLevel(Level):
             node_input=call.arguments,
             tool=call.name,
         )
+        if self._unrecorded is not None:
+            self._record(row)
         await self._append(row)
         if call.name in self._specials:
             return await self._special(row, call, turn, index, None, after_pause=False)
@@ -362,15 +364,16 @@ class AgentLevel(Level):
     ) -> Message:
         """Run one tool with the run bound (its ``attempt``: above 1 when it runs again); a pause
         writes its two rows and stops the run."""
-        tool: Any = (self._offered or {}).get(call.name)
-        if tool is None and not self.agent.has_tool(call.name):
-            return _tool_message(
-                call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
-            )
+        tool: Any = self._offered.get(call.name) if self._offered else None
+        if tool is None:
+            try:
+                tool = self.agent.tool(call.name)
+            except ToolNotFound:
+                return _tool_message(
+                    call, f"Tool '{call.name}' failed: the agent has no tool named {call.name!r}"
+                )
         if call.arguments_error is not None:
             return _tool_message(call, f"Tool '{call.name}' got invalid arguments: {call.arguments_error}")
-        if tool is None:
-            tool = self.agent.tool(call.name)
         resume = Resume.from_dict(decision) if decision is not None else None
         check_owner(self.store, self.execution_id)  # no tool starts for a run this process lost
         stopped = RunStop()
