@@ -21,7 +21,7 @@ import logging
 import re
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
 import anyio
@@ -135,23 +135,28 @@ class Tool:
                 kwargs[name] = value
         return args, kwargs
 
-    async def invoke(self, arguments: Any) -> ToolOutcome:
+    def invoke(self, arguments: Any) -> Awaitable[ToolOutcome]:
         """Validate ``arguments``, run the tool (bounded by ``timeout``), and say what the model reads.
 
         Raises only cancellation and the pause signal of ``interrupt()``. A tool that raises is also a
         WARNING with its traceback on the ``"tether"`` logger; every outcome that ends the call (with
-        its duration) is an INFO event.
+        its duration) is an INFO event, when INFO is enabled as the call starts (else the call is
+        awaited with no layer of its own).
         """
+        if LOGGER.isEnabledFor(logging.INFO):
+            return self._logged(arguments)
+        return self._invoke(arguments)
+
+    async def _logged(self, arguments: Any) -> ToolOutcome:
         started = time.perf_counter()
         outcome = await self._invoke(arguments)
-        if LOGGER.isEnabledFor(logging.INFO):
-            _log.info(
-                "tool finished",
-                **_run_fields(),
-                tool=self.name,
-                outcome=outcome.error or "ok",
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
+        _log.info(
+            "tool finished",
+            **_run_fields(),
+            tool=self.name,
+            outcome=outcome.error or "ok",
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
         return outcome
 
     async def _invoke(self, arguments: Any) -> ToolOutcome:
@@ -163,7 +168,9 @@ class Tool:
             )
         call = functools.partial(self.fn, *args, **kwargs)
         try:
-            if self.timeout is None:
+            if self.timeout is None and self.is_async:
+                result = await call()  # no layer of _run's between the step and the tool
+            elif self.timeout is None:
                 result = await self._run(call, abandon=False)
             else:
                 with anyio.move_on_after(self.timeout) as scope:
