@@ -200,8 +200,7 @@ class AgentLevel(Level):
             else:
                 answer = await trace.chat(row, self.agent.model, transcript.messages, self._schemas)
         self.rows.bill(getattr(answer, "usage", None))  # the next row carries it (it was billed)
-        reply = take_in(answer, transcript, model=self.agent.model)
-        transcript.append(reply.to_message())
+        reply = take_in(answer, transcript, model=self.agent.model, into=transcript)
         if not reply.tool_calls:
             output = self.agent.output
             if output is None:
@@ -269,12 +268,14 @@ class AgentLevel(Level):
             raise MaxTurnsExceeded(
                 self.agent.max_turns, agent=self.agent.name, execution_id=self.execution_id
             )
+        # The attempt of a re-issued call is on its row (its first issue's row has none).
+        attempt, self._attempt = self._attempt, 1
         row = self._row(
             node_id=turn_node(turn),
             step_type=LLM_CALL,
             turn=turn,
             transcript=self._transcript,
-            node_input=self._reissue(),
+            node_input={ATTEMPT_KEY: attempt} if attempt > 1 else None,
         )
         if self._unrecorded is not None:
             self._record(row)
@@ -485,11 +486,6 @@ class AgentLevel(Level):
             parent_checkpoint_id=None,
         )
         return self._reenter(step, None, after_pause=False)
-
-    def _reissue(self) -> dict[str, Any] | None:
-        """The ``node_input`` of the next model call's row: its attempt when it is a re-issue."""
-        attempt, self._attempt = self._attempt, 1
-        return {ATTEMPT_KEY: attempt} if attempt > 1 else None
 
 
 def _tool_message(call: ToolCall, content: str) -> Message:

@@ -20,6 +20,7 @@ import random
 import re
 import string
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -27,7 +28,7 @@ from stores import SerializationError, encode_json
 
 from .._core._log import tether_logger
 from ._errors import ModelError
-from ._types import Message, ModelReply, ToolCall, new_call_id
+from ._types import Message, ModelReply, ToolCall, Transcript, new_call_id
 
 __all__ = ["take_in"]
 
@@ -38,17 +39,31 @@ _log = tether_logger()
 _message_decoder = msgspec.json.Decoder(Message)
 
 
-def take_in(reply: object, earlier: Iterable[Message], *, model: object = None) -> ModelReply:
+def take_in(
+    reply: object, earlier: Iterable[Message], *, model: object = None, into: Transcript | None = None
+) -> ModelReply:
     """``reply`` with each tool-call id unique among its calls and the calls of ``earlier`` messages.
 
     ``reply`` is what a model's ``complete`` returned: anything but a :class:`ModelReply` is a
-    :class:`ModelError` naming the model.
+    :class:`ModelError` naming the model. With ``into``, the reply's assistant message is appended
+    to that transcript, with its dict form (the one its check built, unless ids changed).
     """
     if not isinstance(reply, ModelReply):
         raise ModelError(f"model {model!r} returned a {type(reply).__name__}, not a ModelReply")
-    reply = _checked(reply, model)
-    if not reply.tool_calls:
-        return reply
+    reply, message, data = _checked(reply, model)
+    if reply.tool_calls:
+        unique = _unique(reply, earlier, model)
+        if unique is not reply:
+            reply, message = unique, unique.to_message()
+            data = message.to_dict()
+    if into is not None:
+        into.append(message, data)
+    return reply
+
+
+def _unique(reply: ModelReply, earlier: Iterable[Message], model: object) -> ModelReply:
+    """``reply`` with a fresh id for each call whose id is missing or used already (``reply``
+    itself when there is none)."""
     seen = {call.id for message in earlier for call in message.tool_calls}
     calls: list[ToolCall] = []
     changed: list[str] = []
@@ -66,19 +81,26 @@ def take_in(reply: object, earlier: Iterable[Message], *, model: object = None) 
     return msgspec.structs.replace(reply, tool_calls=calls)
 
 
-def _checked(reply: ModelReply, model: object) -> ModelReply:
-    """``reply`` with calls whose arguments are not an object marked as such, or :class:`ModelError`
-    when the JSON rule or the stored message form refuses it (named by its path in the message)."""
-    if any(not isinstance(call.arguments, dict) for call in reply.tool_calls):
-        reply = msgspec.structs.replace(reply, tool_calls=[_object_arguments(c) for c in reply.tool_calls])
+def _checked(reply: ModelReply, model: object) -> tuple[ModelReply, Message, dict[str, Any]]:
+    """``reply`` with calls whose arguments are not an object marked as such, its assistant message
+    and that message's dict form; or :class:`ModelError` when the JSON rule or the stored message
+    form refuses it (named by its path in the message)."""
+    for call in reply.tool_calls:
+        if not isinstance(call.arguments, dict):
+            reply = msgspec.structs.replace(
+                reply, tool_calls=[_object_arguments(c) for c in reply.tool_calls]
+            )
+            break
     try:
+        message = reply.to_message()
+        data = message.to_dict()
         # One C-level decode into the message type checks what a stored row will read back.
-        _message_decoder.decode(encode_json(reply.to_message().to_dict()))
+        _message_decoder.decode(encode_json(data))
     except SerializationError as exc:
         raise ModelError(f"model {model!r} returned a reply the run cannot store: {exc}") from None
     except (msgspec.ValidationError, TypeError, ValueError) as exc:
         raise ModelError(f"model {model!r} returned a malformed reply: {exc}") from None
-    return reply
+    return reply, message, data
 
 
 def _object_arguments(call: ToolCall) -> ToolCall:

@@ -147,10 +147,10 @@ class Transcript:
             transcript._dicts.append(data)
         return transcript
 
-    def append(self, message: Message) -> None:
-        """Add one message at the end."""
+    def append(self, message: Message, data: dict[str, Any] | None = None) -> None:
+        """Add one message at the end (``data``: its dict form, when the caller built it already)."""
         self._messages.append(message)
-        self._dicts.append(message.to_dict())
+        self._dicts.append(message.to_dict() if data is None else data)
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Add messages at the end, in order."""
