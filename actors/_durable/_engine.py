@@ -29,7 +29,7 @@ unique ``(execution_id, seq)`` key lets exactly one writer win. A tool may pause
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -118,7 +118,7 @@ class AgentLevel(Level):
         super().__init__(rows=rows, path=path or agent.label, runner=runner if runner is not None else agent)
         self.agent = agent
         self._specials: Mapping[str, Special] = specials or {}
-        self._schemas = self._offer_schemas(())
+        self._schemas = self._offer_schemas()
         # The tools of the agent's sources this activation offers (None: not listed yet), whether
         # they are listed afresh (a new conversation) or as the run recorded them, and the list
         # to record on the next row.
@@ -248,11 +248,14 @@ class AgentLevel(Level):
         self._offered = offered
         self._schemas = self._offer_schemas(offered.values())
 
-    def _offer_schemas(self, offered: Iterable[SourceTool]) -> list[dict[str, Any]]:
+    def _offer_schemas(self, offered: Collection[SourceTool] = ()) -> list[dict[str, Any]]:
         """What the model is offered: the agent's tools, its sources', a topology's, and the
         output type's ``response_format`` entry."""
-        schemas = self.agent.tool_schemas() + [t.schema() for t in offered]
-        schemas.extend(special.schema() for special in self._specials.values())
+        schemas = self.agent.tool_schemas()
+        if offered:
+            schemas.extend(t.schema() for t in offered)
+        if self._specials:
+            schemas.extend(special.schema() for special in self._specials.values())
         if self.agent.output is not None:
             schemas.append(self.agent.output.entry)
         return schemas
