@@ -199,7 +199,9 @@ class AgentLevel(Level):
                 answer = await self.agent.model.complete(transcript.messages, self._schemas)
             else:
                 answer = await trace.chat(row, self.agent.model, transcript.messages, self._schemas)
-        self.rows.bill(getattr(answer, "usage", None))  # the next row carries it (it was billed)
+        usage = getattr(answer, "usage", None)
+        if usage is not None:
+            self.rows.bill(usage)  # the next row carries it (it was billed)
         reply = take_in(answer, transcript, model=self.agent.model, into=transcript)
         if not reply.tool_calls:
             output = self.agent.output
