@@ -47,7 +47,7 @@ class FunctionModel:
         result: Any = (
             fn(list(messages), copy.deepcopy(list(tools))) if self._with_tools else fn(list(messages))
         )
-        if inspect.isawaitable(result):
+        if not isinstance(result, str | ModelReply) and inspect.isawaitable(result):
             result = await result
         if isinstance(result, str):
             return ModelReply(text=result)
