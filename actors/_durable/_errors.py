@@ -20,6 +20,7 @@ __all__ = [
     "held_elsewhere",
     "not_in_store",
     "nothing_to_claim",
+    "storable_text",
     "unfit_tool_name",
 ]
 
@@ -196,3 +197,13 @@ class SideEffectInDoubt(TetherError):
         self.function = function
         self.key = key
         self.execution_id = execution_id
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the JSON rule keeps it: a NUL or a lone surrogate (an exception's message may hold
+    one) written as its escape, so a marker's error can always be stored."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -49,7 +49,7 @@ from stores import (
 from .._core import tether_logger
 from ..models import Message
 from ..models._types import Transcript
-from ._errors import ResumeRequired, RunnerVersionMismatch, not_in_store, nothing_to_claim
+from ._errors import ResumeRequired, RunnerVersionMismatch, not_in_store, nothing_to_claim, storable_text
 from ._messages import Answered, Failed, Outcome, Paused, Resume, Step, Waiting
 from ._output import OUTPUT_TYPE
 from ._result import RunResult, resting_result
@@ -57,7 +57,7 @@ from ._runlog import SHARED, TRACE, USAGE, RunLog, usage_of
 from ._versions import VERSION, Drift, check_step, drift, version_of
 from ._waits import RestedSignal, is_due
 
-__all__ = ["Delegation", "Level", "Next", "PausedSignal", "ReentryRoute", "storable_text"]
+__all__ = ["Delegation", "Level", "Next", "PausedSignal", "ReentryRoute"]
 
 _log = tether_logger()
 
@@ -459,20 +459,14 @@ class Level:
         try:
             return await self._step(step)
         except Exception as error:
-            ended = _ended(error)
-            if ended is None:
-                raise
-            return ended
+            return _ended(error)
 
     async def after_child(self, outcome: Outcome) -> Next:
         """Take in the outcome of the child this level's last step started (as :meth:`step` does)."""
         try:
             return await self._after_child(outcome)
         except Exception as error:
-            ended = _ended(error)
-            if ended is None:
-                raise
-            return ended
+            return _ended(error)
 
     async def conclude(self, outcome: Outcome) -> RunResult:
         """The root's end of the run: the ``run_end`` marker of an answer or a failure, or the pause."""
@@ -587,24 +581,14 @@ class Level:
             self.runner.check_tool(conversation_of(step.agent_path), self.path, name, self.execution_id)
 
 
-def _ended(error: Exception) -> Outcome | None:
+def _ended(error: Exception) -> Outcome:
     """The outcome a step (or the take-in of a child's outcome) that raised ``error`` leads to: a
-    pause or a rest it raised, any other exception as :class:`Failed`; ``None`` for those that stop
-    the writer (a lost race, a used id, a store error), which propagate."""
+    pause or a rest it raised, any other exception as :class:`Failed`; those that stop the writer
+    (a lost race, a used id, a store error) are raised again."""
     if isinstance(error, PausedSignal):
         return Paused(error.pending)
     if isinstance(error, RestedSignal):
         return Waiting(error.name, error.wake_at)
     if isinstance(error, AlreadyResumed | RunExists | StoreError):
-        return None
+        raise error
     return Failed(f"{type(error).__name__}: {error}")
-
-
-def storable_text(text: str) -> str:
-    """``text`` as the JSON rule keeps it: a NUL or a lone surrogate (an exception's message may hold
-    one) written as its escape, so a marker's error can always be stored."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
