@@ -391,7 +391,7 @@ class RunActor(Actor):
             if entry is not None:
                 entry = sources.after_ready(entry)
         now.entering = entry is not None
-        now.machine.start(lambda: self._work(now, entry, found))
+        now.machine.start(lambda: self._work(now, entry, found), self._work_done)
 
     async def _work(
         self, now: _Activation, entry: Callable[[], Awaitable[Next | None]] | None, found: Next | None

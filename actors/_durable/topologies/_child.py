@@ -51,13 +51,23 @@ class LevelMachine:
         self.scope: anyio.CancelScope | None = None
         self._arrived: _Arrival | None = None
 
-    def start(self, work: Callable[[], Awaitable[object]]) -> None:
-        """Run ``work`` as a task of the actor; it reports :class:`WorkDone` to the mailbox."""
+    def start(
+        self,
+        work: Callable[[], Awaitable[object]],
+        orphaned: Callable[[WorkDone], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run ``work`` as a task of the actor; it reports :class:`WorkDone` to the mailbox, or,
+        when the actor's loop has ended (a stop lets the work run to its bound), to ``orphaned``."""
         # Made here, entered in the task: a cut before the task runs still cancels it.
         scope = self.scope = cancel_scope()
-        self.ctx.start_task(self._work, scope, work)
+        self.ctx.start_task(self._work, scope, work, orphaned)
 
-    async def _work(self, scope: anyio.CancelScope, work: Callable[[], Awaitable[object]]) -> None:
+    async def _work(
+        self,
+        scope: anyio.CancelScope,
+        work: Callable[[], Awaitable[object]],
+        orphaned: Callable[[WorkDone], Awaitable[None]] | None,
+    ) -> None:
         report: WorkDone
         with scope:
             try:
@@ -69,7 +79,8 @@ class LevelMachine:
         try:
             await self.ctx.self.send(report)
         except ActorStopped:
-            pass  # the actor stops: its clean-up answers for the run
+            if orphaned is not None:
+                await orphaned(report)
 
     async def drive(self, found: Next, stop: Callable[[], bool]) -> Outcome | None:
         """Take the level's steps from ``found`` to its outcome; ``None`` when ``stop`` (asked

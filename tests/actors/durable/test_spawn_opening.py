@@ -159,26 +159,18 @@ async def test_a_spawn_cancelled_while_its_first_row_is_written_leaves_a_run_tha
 
 
 async def test_a_system_that_exits_right_after_spawn_leaves_a_run_the_fleet_takes(sqlite_path: Path) -> None:
-    entered = anyio.Event()
-
-    async def model(messages: list[Message]) -> str:
-        if not entered.is_set():  # the first call waits until the stop cuts it
-            entered.set()
-            await anyio.sleep_forever()
-        return "answer: done"
-
-    agent = Agent("waiter", FunctionModel(model))
+    agent, entered = once_blocking_agent()
     with anyio.fail_after(LIMIT):
         async with opened(sqlite_path) as store:
             async with ActorSystem(store, runners=[agent]) as system:
                 ref = await system.spawn(agent, "go", execution_id="left")
-            # The actor started as the system stopped: its first model call was cut (at the stop's
-            # bound) or never began; the run stays at its first row.
-            assert await rows_of(store, "left") == ["turn:0"]
+            # The actor started as the system stopped: it ran until its stop timeout cut its tool.
+            assert entered.is_set()
+            assert await rows_of(store, "left") == ["turn:0", "turn:0/tool:wait"]
             with pytest.raises(Exception, match="stopped"):
                 await ref.result(timeout=1)
             async with ActorSystem(store, runners=[agent]) as again:
                 assert await again.sweep() == 1
                 assert (await again.ref("left").result()).output == "answer: done"
                 kinds = [row.step_type for row in await store.history("left")]
-                assert kinds == ["llm_call", "recover", "llm_call", "run_end"]
+                assert kinds == ["llm_call", "tool_call", "recover", "llm_call", "run_end"]
