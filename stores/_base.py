@@ -109,8 +109,9 @@ class Intents(Protocol):
 
 
 #: Load what a row's log holds into memory before the row is planned (a continuing run's log not
-#: known here); a backend that reads the log back gives one to :class:`BaseStore`.
-Recall = Callable[[Checkpoint], Awaitable[None]]
+#: known here): the load to await, or ``None`` when there is nothing to load (the common case, which
+#: then builds no coroutine); a backend that reads the log back gives one to :class:`BaseStore`.
+Recall = Callable[[Checkpoint], Awaitable[None] | None]
 
 
 class BaseStore(BaseOwnedStore, abc.ABC):
@@ -199,7 +200,9 @@ class BaseStore(BaseOwnedStore, abc.ABC):
             for _ in range(REPLAN_BUDGET):
                 if plan is None:
                     if self._recall is not None:
-                        await self._recall(row)
+                        loading = self._recall(row)
+                        if loading is not None:
+                            await loading
                     plan = self._logs.plan(row)
                 try:
                     written = await attempt(plan)

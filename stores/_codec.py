@@ -171,7 +171,8 @@ class MessageLogs:
             parts = _encode_one_by_one(row, rest, messages if log_id is not None else None, start)
         append = LogAppend(start, parts[4]) if len(parts) > 4 else None
         state, node_input, node_output, context = parts[0], parts[1], parts[2], parts[3]
-        stored = _stored_row(
+        stored = tuple.__new__(  # a StoredRow from its column values in order, no copy
+            StoredRow,
             (
                 row.checkpoint_id,
                 eid,
@@ -191,7 +192,7 @@ class MessageLogs:
                 row.agent_path,
                 row.parent_checkpoint_id,
                 row.created_at,
-            )
+            ),
         )
         size = len(state) + len(node_input) + len(node_output) + len(context)
         if append is not None:
@@ -312,11 +313,6 @@ def encode_cache_value(execution_id: str, key: str, value: Any) -> bytes:
         raise SerializationError(f"a value of type {type(key).__name__} is not a str", path="$.key")
     check_str(key, "$.key", SerializationError)
     return encode(value, path="$")
-
-
-def _stored_row(values: tuple[Any, ...]) -> StoredRow:
-    """A :class:`StoredRow` from its column values in order (the tuple is the row, no copy)."""
-    return tuple.__new__(StoredRow, values)
 
 
 def _encode_one_by_one(row: Checkpoint, rest: Any, messages: list[Any] | None, start: int) -> list[bytes]:

@@ -75,8 +75,11 @@ def encode_many(values: list[Any]) -> list[bytes] | None:
         (_BACKSLASH not in data or _NUL_ESCAPE not in data)
         and (len(data) <= 2 * MAX_DEPTH + 2 or data.count(b"[") + data.count(b"{") <= MAX_DEPTH + 1)
         and _decoder.decode(data) == values
-        and _ints_fit(values)
     ):
+        try:  # _ints_fit, inline: this runs for every row
+            _width_check(values)
+        except (OverflowError, TypeError, ValueError):
+            return None
         return parts
     return None
 

@@ -100,15 +100,6 @@ class Ownership:
             return None
         return owner
 
-    def riding(self, execution_id: str, resting: bool) -> tuple[str | None, str | None]:
-        """The owner whose ``run_owners`` row a write of the run must take (check and record) and
-        the owner whose row it must delete (``resting``: a ``run_end`` or a pause), in its own
-        transaction; ``None`` for neither."""
-        owner = self.held.get(execution_id)
-        if owner is None or owner in self._lost:
-            return None, None
-        return (owner if execution_id in self.unrecorded else None), (owner if resting else None)
-
     def rode(self, execution_id: str, take: str | None, release: str | None, *, done: bool) -> None:
         """After a write that carried ``take``/``release``: ``done`` if it committed. A write whose
         outcome is unknown (cancelled, failed) leaves the run recorded, so :meth:`BaseOwnedStore.unlock`
@@ -118,17 +109,35 @@ class Ownership:
         if release is not None and done and execution_id in self.held:
             self.unrecorded.add(execution_id)
 
-    async def carrying(
+    def carrying(
         self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
-    ) -> T:
-        """Run ``write(take, release)``, the run's write with what it carries of the run's ownership
+    ) -> Awaitable[T]:
+        """``write(take, release)``, the run's write with what it carries of the run's ownership
         in its own transaction (the backend's ``ride``): the owner whose ``run_owners`` row it must
         take (check and record) and the owner whose row it must delete; ``None`` for neither. A
         resting row (``run_end``, a pause, a wait) of a run held here deletes its row in the same
-        transaction, so :meth:`BaseOwnedStore.unlock` writes nothing."""
-        take, release = self.riding(execution_id, resting)
+        transaction, so :meth:`BaseOwnedStore.unlock` writes nothing. A write that carries nothing
+        is ``write(None, None)`` itself, awaited by the caller with no frame of this one's between.
+
+        It carries the take while the run is held here without its row (:attr:`unrecorded`), the
+        release when the row rests the run; nothing for a run not held here, or abandoned."""
+        owner = self.held.get(execution_id)
+        if owner is None or owner in self._lost:
+            return write(None, None)
+        take = owner if execution_id in self.unrecorded else None
+        release = owner if resting else None
         if take is None and release is None:
-            return await write(None, None)
+            return write(None, None)
+        return self._carried(execution_id, take, release, write)
+
+    async def _carried(
+        self,
+        execution_id: str,
+        take: str | None,
+        release: str | None,
+        write: Callable[[str | None, str | None], Awaitable[T]],
+    ) -> T:
+        """:meth:`carrying` of a write that takes or releases the run: its outcome is recorded."""
         done = False
         try:
             value = await write(take, release)

@@ -37,6 +37,7 @@ __all__ = [
     "SYNCHRONOUS",
     "DatabaseThread",
     "connect",
+    "execute_busy",
     "fault_of",
     "integrity_problems",
     "is_busy",
@@ -73,9 +74,9 @@ def fault_of(path: str, exc: sqlite3.DatabaseError) -> StoreCorrupt | StoreFull 
     return None
 
 
-def retry_busy(fn: Callable[[], T], deadline: float) -> T:
-    """Run ``fn``, retrying SQLITE_BUSY with bounded backoff until ``deadline`` (monotonic)."""
-    delay = 0.001
+def retry_busy(fn: Callable[[], T], deadline: float, delay: float = 0.001) -> T:
+    """Run ``fn``, retrying SQLITE_BUSY with bounded backoff (from ``delay`` seconds) until
+    ``deadline`` (monotonic)."""
     while True:
         try:
             return fn()
@@ -84,6 +85,20 @@ def retry_busy(fn: Callable[[], T], deadline: float) -> T:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+def execute_busy(conn: sqlite3.Connection, sql: str, patience: float) -> None:
+    """Execute ``sql`` as :func:`retry_busy` would for ``patience`` seconds from now; the first
+    attempt builds no callable (a transaction's ``BEGIN`` and ``COMMIT`` are rarely busy)."""
+    start = time.monotonic()
+    try:
+        conn.execute(sql)
+    except sqlite3.OperationalError as exc:
+        deadline = start + patience
+        if not is_busy(exc) or time.monotonic() >= deadline:
+            raise
+        time.sleep(0.001)
+        retry_busy(lambda: conn.execute(sql), deadline, 0.002)
 
 
 def _create_private(path: str) -> None:
@@ -178,6 +193,9 @@ class DatabaseThread:
         self.conn = conn
         self.running = True
         self._queue: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        #: Queue a job for the thread; it must answer its caller itself and must not raise (the
+        #: queue's own method: no frame of Python per write).
+        self.post: Callable[[Callable[[], None]], None] = self._queue.put_nowait
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -188,10 +206,6 @@ class DatabaseThread:
                 return
             job()  # a job answers its caller itself and never raises (see ``post`` and ``call``)
             del job  # nor is it kept while the thread waits: a write's batch holds its rows
-
-    def post(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` for the thread; it must answer its caller itself and must not raise."""
-        self._queue.put_nowait(job)
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the thread and return its result (or raise its exception)."""

@@ -5,7 +5,7 @@ row runs when it reads or consumes the run's inbox."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Final, Protocol, TypeVar
 
 from .._base import LogMoved, Plan
@@ -14,18 +14,24 @@ from .._model import LLM_CALL, RUN_END, Checkpoint
 from .._signals import MESSAGE, SignalsWaiting, consumed_ids, guards_steering
 from ._rows import INSERT_ROW, LOG_LENGTH, ts
 
-__all__ = ["INBOX_STEPS", "WriteRow", "inbox_guard", "insert_row"]
+__all__ = ["INBOX_STEPS", "RowOp", "WriteRow", "inbox_guard", "insert_row"]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class RowOp(Protocol[T_co]):
+    """What a planned row's write runs in its transaction: called as ``op(conn, plan=plan)`` (the
+    plan bound by keyword, so the writer thread calls it with no frame of Python between)."""
+
+    def __call__(self, conn: sqlite3.Connection, plan: Plan) -> T_co: ...
 
 
 class WriteRow(Protocol):
     """Plan ``row`` and run ``op(conn, plan)`` in one write transaction with the run's ownership
     riding in it (``resting``: the row rests the run, so its release rides too)."""
 
-    def __call__(
-        self, row: Checkpoint, resting: bool, op: Callable[[sqlite3.Connection, Plan], T]
-    ) -> Awaitable[T]: ...
+    def __call__(self, row: Checkpoint, resting: bool, op: RowOp[T]) -> Awaitable[T]: ...
 
 
 #: Rows whose write reads or consumes the inbox: a model turn's (steering), a tool's consuming one.

@@ -15,6 +15,7 @@ replication side, the schedules and the cache, whose methods it forwards, and ow
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
@@ -41,7 +42,7 @@ from .._reentry import resolve_forkable, resolve_reentry, run_sync
 from ._cache import Cache
 from ._connection import SYNCHRONOUS, integrity_problems
 from ._inbox import Inbox
-from ._insert import insert_row
+from ._insert import RowOp, insert_row
 from ._locks import LivenessFile
 from ._owners import FileOwners
 from ._replica import Replica
@@ -208,7 +209,8 @@ class SQLiteStore(BaseStore):
 
     async def append(self, row: Checkpoint) -> None:
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
-        await self._ensure()
+        if self._state is not StoreState.READY:
+            await self._ensure()
         await self._write_row(row, row.step_type == RUN_END, insert_row)
 
     async def append_copy(self, row: Checkpoint) -> None:
@@ -283,32 +285,56 @@ class SQLiteStore(BaseStore):
 
         return await self._write_row(row, False, op)
 
-    def _write_row(
-        self, row: Checkpoint, resting: bool, op: Callable[[sqlite3.Connection, Plan], T]
-    ) -> Awaitable[T]:
+    def _write_row(self, row: Checkpoint, resting: bool, op: RowOp[T]) -> Awaitable[T]:
         """Plan ``row`` and run ``op(conn, plan)`` in one write transaction with the run's ownership
         riding in it (``resting``: the row rests the run, so its release rides too)."""
-        eid, rows, write = row.execution_id, self._owner_rows, self._db.write
-        return self._own.carrying(
-            eid,
-            resting,
-            lambda take, release: self._planned(
-                row, lambda plan: write(rows.ride(eid, lambda conn: op(conn, plan), take, release))
-            ),
-        )
+        return self._own.carrying(row.execution_id, resting, functools.partial(self._write_owned, row, op))
+
+    def _write_owned(
+        self,
+        row: Checkpoint,
+        op: RowOp[T],
+        take: str | None,
+        release: str | None,
+    ) -> Awaitable[T]:
+        """:meth:`_write_row` once what rides with the row is known (``take``, ``release``)."""
+        return self._planned(row, functools.partial(self._attempt, op, row.execution_id, take, release))
+
+    def _attempt(
+        self,
+        op: RowOp[T],
+        eid: str,
+        take: str | None,
+        release: str | None,
+        plan: Plan,
+    ) -> Awaitable[T]:
+        """Queue one attempt of a planned row's write: ``op(conn, plan)`` with the run's take and
+        release riding in its transaction (the writer thread calls it with no frame between)."""
+        fn: Callable[[sqlite3.Connection], T] = functools.partial(op, plan=plan)
+        if take is not None or release is not None:
+            fn = self._owner_rows.ride(eid, fn, take, release)
+        return self._db.write(fn)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
         """Queue ``fn`` for the next write transaction (:meth:`Connections.write`)."""
         return self._db.write(fn)
 
-    async def _recall_log(self, row: Checkpoint) -> None:
-        """Load the row's conversation log into memory if a continuing run's log is not known."""
-        messages = row.state_snapshot.get("messages") if isinstance(row.state_snapshot, dict) else None
-        if row.seq == 0 or not isinstance(messages, list | tuple):
-            return
+    def _recall_log(self, row: Checkpoint) -> Awaitable[None] | None:
+        """The load of the row's conversation log into memory if a continuing run's log is not
+        known (``None``: nothing to load)."""
+        snapshot = row.state_snapshot
+        if row.seq == 0 or (type(snapshot) is not dict and not isinstance(snapshot, dict)):
+            return None
+        messages = snapshot.get("messages")
+        if type(messages) is not list and not isinstance(messages, list | tuple):
+            return None
         eid, conversation = row.execution_id, conversation_of(row.agent_path)
         if self._logs.known(eid, conversation):
-            return
+            return None
+        return self._load_log(eid, conversation)
+
+    async def _load_log(self, eid: str, conversation: str) -> None:
+        """Read the newest log of the run's ``conversation`` back into memory."""
 
         def load(conn: sqlite3.Connection) -> tuple[str, list[Any]] | None:
             cursor = conn.execute(

@@ -24,7 +24,6 @@ import functools
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -40,8 +39,8 @@ from .._errors import (
     unreadable,
     write_failed,
 )
-from .._loop import Loop, Settled, settled, trio_loop
-from ._connection import DatabaseThread, connect, fault_of, retry_busy
+from .._loop import Loop, Settled, running_loop, settled, trio_loop
+from ._connection import DatabaseThread, connect, execute_busy, fault_of
 from ._schema import migrate
 
 __all__ = ["Connections", "file_lock"]
@@ -70,12 +69,8 @@ def file_lock(path: str) -> threading.Lock:
         return lock
 
 
-class _Op:
-    __slots__ = ("fn", "future")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: Settled[Any]) -> None:
-        self.fn = fn
-        self.future = future
+#: One caller's write on the queue: the operation and the caller's future (a tuple: no object to build).
+_Op = tuple[Callable[[sqlite3.Connection], Any], Settled[Any]]
 
 
 class Connections:
@@ -103,8 +98,12 @@ class Connections:
         self._reader: DatabaseThread | None = None
         self._write_lock = file_lock(path)
         self._queue: list[_Op] = []
-        # Set while batches are being written; resolved when the queue is empty (``close`` waits).
-        self._drain: Settled[None] | None = None
+        # True while batches are being written (the chain of ``_next_batch`` is on); ``close`` waits
+        # for the queue to empty on ``_drained``, made only then.
+        self._sending = False
+        self._drained: Settled[None] | None = None
+        # Set once both connections are open and migrated: a write then needs no set-up check.
+        self._opened = False
         # Why the file is known to be damaged (set by the first read or write that found it so).
         self._corrupt: str | None = None
         self.closed = False
@@ -124,6 +123,7 @@ class Connections:
         except BaseException:
             await self._close_threads()
             raise
+        self._opened = True
 
     async def _connect(self, *, writer: bool) -> DatabaseThread:
         # Connect in a worker thread first, so a failure never leaves a database thread behind.
@@ -140,8 +140,10 @@ class Connections:
     async def close(self) -> None:
         """Refuse new writes, finish the queued ones, then stop both threads (each bounded)."""
         self.closed = True
-        if self._drain is not None:
-            await settled(self._drain)
+        if self._sending:
+            if self._drained is None:
+                self._drained = running_loop().create_future()
+            await settled(self._drained)
         await self._close_threads()
 
     async def _close_threads(self) -> None:
@@ -162,8 +164,7 @@ class Connections:
         conn = reader.conn
 
         def run() -> T:
-            deadline = time.monotonic() + self._busy_timeout * 2
-            retry_busy(lambda: conn.execute("BEGIN"), deadline)
+            execute_busy(conn, "BEGIN", self._busy_timeout * 2)
             try:
                 return fn(conn)
             finally:
@@ -179,22 +180,14 @@ class Connections:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _w(self) -> sqlite3.Connection:
-        writer = self._writer
-        if writer is None:
-            raise store_closed(self._store)
-        return writer.conn
-
     def _begin(self, conn: sqlite3.Connection) -> None:
-        deadline = time.monotonic() + self._busy_timeout * 2
         try:
-            retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), deadline)
+            execute_busy(conn, "BEGIN IMMEDIATE", self._busy_timeout * 2)
         except sqlite3.OperationalError as exc:
             raise stayed_locked(self.path, exc) from exc
 
     def _commit(self, conn: sqlite3.Connection) -> None:
-        deadline = time.monotonic() + self._busy_timeout * 2
-        retry_busy(lambda: conn.execute("COMMIT"), deadline)
+        execute_busy(conn, "COMMIT", self._busy_timeout * 2)
 
     def _fault(self, exc: sqlite3.DatabaseError) -> BaseException:
         """The typed error for ``exc`` (``exc`` itself when it has none); a damaged file is
@@ -204,35 +197,44 @@ class Connections:
             self._corrupt = f"{exc} ({exc.sqlite_errorname})"
         return exc if fault is None else fault
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Queue ``fn`` for the next write transaction and wait for its own outcome."""
-        await self.ensure()
-        if self.closed:
-            raise store_closed(self._store)
-        if self._corrupt is not None:
-            raise store_corrupt(f"the SQLite database {self.path!r}", self._corrupt)
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+        """Queue ``fn`` for the next write transaction; the caller awaits its own outcome (a
+        database error already turned into the store's typed one, see :meth:`_batch_done`)."""
+        if not self._opened or self.closed or self._corrupt is not None:
+            return self._write_checked(fn)
         try:
             loop: Loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio): anyio's token for this run
             loop = trio_loop()
         future: Settled[T] = loop.create_future()
-        self._queue.append(_Op(fn, future))
-        if self._drain is None:
-            self._drain = loop.create_future()
+        self._queue.append((fn, future))
+        if not self._sending:
+            self._sending = True
             loop.call_soon(self._next_batch, loop)
-        try:
-            return await future
-        except sqlite3.DatabaseError as exc:
-            raise self._fault(exc) from exc
+        return future
+
+    async def _write_checked(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """:meth:`write` of a store not yet set up (set up here), closed or found damaged (refused)."""
+        await self.ensure()  # opens the connections (or raises): the write below is queued
+        if self.closed:
+            raise store_closed(self._store)
+        if self._corrupt is not None:
+            raise store_corrupt(f"the SQLite database {self.path!r}", self._corrupt)
+        return await self.write(fn)
 
     def _next_batch(self, loop: Loop) -> None:
-        """Send the next queued batch to the writer thread, or end the drain (on the loop)."""
-        if not self._queue:
-            drain, self._drain = self._drain, None
-            if drain is not None and not drain.done():
-                drain.set_result(None)
+        """Send the next queued batch to the writer thread, or end the chain (on the loop)."""
+        queue = self._queue
+        if not queue:
+            self._sending = False
+            drained, self._drained = self._drained, None
+            if drained is not None and not drained.done():
+                drained.set_result(None)
             return
-        batch, self._queue = self._queue[:_MAX_BATCH], self._queue[_MAX_BATCH:]
+        if len(queue) <= _MAX_BATCH:
+            batch, self._queue = queue, []
+        else:
+            batch, self._queue = queue[:_MAX_BATCH], queue[_MAX_BATCH:]
         writer = self._writer
         if writer is None or not writer.running:
             self._batch_done(loop, batch, None, store_closed(self._store))
@@ -244,7 +246,9 @@ class Connections:
         outcomes: list[tuple[bool, Any]] | None = None
         error: Exception | None = None
         try:
-            outcomes = self._run_batch([op.fn for op in batch])
+            # Under the file's in-process write mutex (see ``_file_locks``).
+            with self._write_lock:
+                outcomes = self._run_batch_locked(batch)
         except BaseException as exc:  # the callers get it; this thread must go on serving
             error = exc if isinstance(exc, Exception) else batch_stopped(exc)
         loop.call_soon_threadsafe(self._batch_done, loop, batch, outcomes, error)
@@ -256,46 +260,58 @@ class Connections:
         outcomes: list[tuple[bool, Any]] | None,
         error: Exception | None,
     ) -> None:
-        """Answer each caller of ``batch`` with its own outcome, then go on (on the loop)."""
-        for i, op in enumerate(batch):
-            if op.future.done():  # its caller was cancelled; the write stands or fell all the same
-                continue
-            if outcomes is None:
-                op.future.set_exception(error if error is not None else write_failed())
-                continue
-            ok, value = outcomes[i]
-            if ok:
-                op.future.set_result(value)
-            else:
-                op.future.set_exception(value)
+        """Answer each caller of ``batch`` with its own outcome, then go on (on the loop). A
+        database error reaches its caller as the store's typed error (:meth:`_fault`) when it has one."""
+        if outcomes is None:
+            for _, future in batch:
+                if not future.done():  # else its caller was cancelled
+                    future.set_exception(self._typed(error if error is not None else write_failed()))
+        else:
+            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+                if future.done():  # its caller was cancelled; the write stands or fell all the same
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(self._typed(value))
         # One loop turn later: the callers just answered run first and queue their next writes
         # (a run's next row, an awaited spawn's next first row), which then share the next batch
         # instead of each waiting behind a batch posted without them.
         loop.call_soon(self._next_batch, loop)
 
-    def _run_batch(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
-        """Run the batch under the file's in-process write mutex (see ``_file_locks``)."""
-        with self._write_lock:
-            return self._run_batch_locked(fns)
+    def _typed(self, exc: BaseException) -> BaseException:
+        """What a write's caller gets for ``exc``: a database error's typed error, caused by it."""
+        if not isinstance(exc, sqlite3.DatabaseError):
+            return exc
+        fault = self._fault(exc)
+        if fault is not exc:
+            fault.__cause__ = exc  # as ``raise fault from exc``
+        return fault
 
-    def _run_batch_locked(self, fns: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
-        """One write transaction for the whole batch, one commit (runs on the writer thread).
+    def _run_batch_locked(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
+        """One write transaction for the whole batch, one commit (runs on the writer thread, under
+        the file's write mutex).
 
         Optimistic first: the operations run back to back. If one fails, the transaction is rolled
         back and the batch re-run with a ``SAVEPOINT`` per operation, so the failure undoes only
         itself (conflicts are rare; the common path saves two statements per operation).
         """
-        conn = self._w()
+        writer = self._writer
+        if writer is None:
+            raise store_closed(self._store)
+        conn = writer.conn
         self._begin(conn)
         try:
+            outcomes: list[tuple[bool, Any]] = []
             try:
-                outcomes: list[tuple[bool, Any]] = [(True, fn(conn)) for fn in fns]
+                for fn, _ in batch:
+                    outcomes.append((True, fn(conn)))
             except Exception as exc:
                 conn.rollback()
-                if len(fns) == 1:
+                if len(batch) == 1:
                     return [(False, exc)]
                 self._begin(conn)
-                outcomes = [self._isolated(conn, fn) for fn in fns]
+                outcomes = [self._isolated(conn, fn) for fn, _ in batch]
             self._commit(conn)
         except BaseException:
             if conn.in_transaction:
