@@ -9,6 +9,9 @@ statement, so taking and releasing a run cost no round trip of their own.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable
+
 from .._base import Plan
 from .._codec import MessageLogs
 from .._errors import RunExists
@@ -63,24 +66,22 @@ class Appends:
                     lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
                 ),
             )
-        await self._own.carrying(
-            eid, row.step_type == RUN_END, lambda take, release: self._append_owned(row, take, release)
-        )
+        await self._own.carrying(eid, row.step_type == RUN_END, functools.partial(self._append_owned, row))
 
-    async def _append_owned(self, row: Checkpoint, take: str | None, release: str | None) -> None:
+    def _append_owned(self, row: Checkpoint, take: str | None, release: str | None) -> Awaitable[None]:
         """Append ``row`` carrying the run's ``take`` and ``release`` (group commit when its statement
         can carry them: all but a run whose first row is its ``run_end``)."""
         if take is None and release is None:
-            return await self._append(row, NO_OWNERSHIP)
+            return self._append(row, NO_OWNERSHIP)
         if take is not None and release is not None:
             # One statement cannot insert a run_owners row and delete it: a run whose first
             # row is its run_end takes it first, in the row's transaction.
             own, plan = (None, None, release), self.first_plan(row)
-            return await self._owner_rows.ride(
+            return self._owner_rows.ride(
                 row.execution_id, take, lambda via: self._write_planned("append_own", row, plan, own, via=via)
             )
         key = None if take is None else owner_key(self._schema, take)
-        await self._append(row, (take, key, release))
+        return self._append(row, (take, key, release))
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`), with no
@@ -105,6 +106,6 @@ class Appends:
             self._logs.forget(row.execution_id)
             raise
 
-    async def _append(self, row: Checkpoint, own: Own) -> None:
+    def _append(self, row: Checkpoint, own: Own) -> Awaitable[None]:
         """Plan ``row`` and hand it to the pool's group commit (see :mod:`stores.postgres._writer`)."""
-        await self._db.append(Queued(row, self.first_plan(row), own))
+        return self._db.append(Queued(row, self.first_plan(row), own))

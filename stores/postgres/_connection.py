@@ -37,6 +37,7 @@ from .._errors import (
 __all__ = [
     "CONNECT_ERRORS",
     "LOST_ERRORS",
+    "LOST_OR_REFUSED",
     "Lost",
     "advisory_key",
     "connect_lock_connection",
@@ -55,13 +56,14 @@ LOST_ERRORS: Final = (
     asyncpg.InternalClientError,  # a connection whose server went away mid-protocol
 )
 # A connection the pool took back or the server closed under a statement (InterfaceError) is lost too.
-_LOST_OR_REFUSED: Final = (*LOST_ERRORS, asyncpg.InterfaceError, asyncpg.InsufficientPrivilegeError)
+LOST_OR_REFUSED: Final = (*LOST_ERRORS, asyncpg.InterfaceError, asyncpg.InsufficientPrivilegeError)
 
 
 class Lost:
     """A context turning a lost connection (or a missing permission) into ``StoreUnavailable``
     naming the host (:func:`unavailable`). Stateless: the store makes one and enters it around
-    every statement."""
+    every statement (an append's statement, the hot path, catches :data:`LOST_OR_REFUSED` itself
+    the same way, without the context's two calls)."""
 
     __slots__ = ("_dsn",)
 
@@ -74,19 +76,16 @@ class Lost:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc is not None and isinstance(exc, _LOST_OR_REFUSED):
+        if exc is not None and isinstance(exc, LOST_OR_REFUSED):
             raise unavailable(self._dsn, exc) from None
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    """JSON columns travel as the exact bytes msgspec wrote (binary ``json`` is plain text)."""
-    await conn.set_type_codec(
-        "json", encoder=_identity, decoder=_identity, schema="pg_catalog", format="binary"
-    )
-
-
-def _identity(data: bytes) -> bytes:
-    return data
+    """JSON columns travel as the exact bytes msgspec wrote (binary ``json`` is plain text):
+    ``bytes`` is the identity on them, a C call where a Python function would be one frame per
+    JSON value (five a row). Anything but bytes is refused, by ``bytes`` or by the server's
+    JSON check."""
+    await conn.set_type_codec("json", encoder=bytes, decoder=bytes, schema="pg_catalog", format="binary")
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:

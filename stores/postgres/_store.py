@@ -52,9 +52,11 @@ from ._appends import Appends
 from ._bridge import Bridge
 from ._cache import Cache
 from ._connection import (
+    LOST_OR_REFUSED,
     Lost,
     describe,
     read_dsn,
+    unavailable,
 )
 from ._inbox import Inbox, consumed_elsewhere
 from ._notices import RowNotices
@@ -278,31 +280,34 @@ class PostgresStore(BaseStore):
         plan: Plan,
         extra: tuple[Any, ...],
     ) -> bool:
+        """Run a row's statement ``kind``; whether it wrote the row. A lost connection is
+        ``StoreUnavailable`` as :meth:`_lost` makes it (caught here: this is every append's path)."""
+        if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
+            kind = "append_step"
+        values = (*args(plan), *extra)
         try:
-            with self._lost():
-                if kind == "append" and row.seq != 0 and row.step_type != RUN_END:
-                    kind = "append_step"
-                values = (*args(plan), *extra)
-                statement = await self._db.statement(runner, kind)  # a kept writer's, prepared once
-                if kind == "append_own":  # the take is checked first: a refused take is the refusal
-                    rec = await (
-                        runner.fetchrow(self._sql[kind], *values)
-                        if statement is None
-                        else statement.fetchrow(*values)
-                    )
-                    assert rec is not None
-                    if not rec["took"]:
-                        raise owned_elsewhere(row.execution_id)
-                    return bool(rec["written"])
-                return bool(
-                    await (
-                        runner.fetchval(self._sql[kind], *values)
-                        if statement is None
-                        else statement.fetchval(*values)
-                    )
+            statement = await self._db.statement(runner, kind)  # a kept writer's, prepared once
+            if kind == "append_own":  # the take is checked first: a refused take is the refusal
+                rec = await (
+                    runner.fetchrow(self._sql[kind], *values)
+                    if statement is None
+                    else statement.fetchrow(*values)
                 )
+                assert rec is not None
+                if not rec["took"]:
+                    raise owned_elsewhere(row.execution_id)
+                return bool(rec["written"])
+            return bool(
+                await (
+                    runner.fetchval(self._sql[kind], *values)
+                    if statement is None
+                    else statement.fetchval(*values)
+                )
+            )
         except asyncpg.UniqueViolationError as exc:
             raise conflict(row, exc) from None
+        except LOST_OR_REFUSED as exc:
+            raise unavailable(self.dsn, exc) from None
 
     async def claim(self, row: Checkpoint) -> PendingInterrupt:
         """Delete the pending row and append the ``resume`` row in one statement.

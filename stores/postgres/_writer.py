@@ -212,11 +212,13 @@ class WriterPool:
 
     async def append(self, item: Queued) -> None:
         """Write ``item``'s row in a shared batch (see the module); raises its own error."""
-        try:
-            pool = await self.ready()
-        except BaseException:
-            self._forget(item.row.execution_id)
-            raise
+        pool = self.pool
+        if pool is None:
+            try:
+                pool = await self.ready()
+            except BaseException:
+                self._forget(item.row.execution_id)
+                raise
         self.queue.append(item)
         if self.flushers < self._max_flushers:
             self.flushers += 1
