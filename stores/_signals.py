@@ -61,6 +61,8 @@ __all__ = [
 MESSAGE: Final = "message"
 #: The ``node_input`` key of a row that consumes signals: their inbox ids, in order.
 CONSUMES: Final = "signals"
+#: The key :data:`CONSUMES` as it appears in a row's stored ``node_input`` (searched for, not decoded).
+_CONSUMES_KEY: Final = b'"' + CONSUMES.encode() + b'"'
 #: The ``interrupt_context`` of a ``wait`` row: what it waits for (a signal's name, ``None`` for a
 #: sleep), its place among the waits of its step (``k``), its deadline (ISO 8601; ``None``: none)
 #: and the step's ``seq``.
@@ -126,7 +128,7 @@ def consumed_ids(node_input: bytes | bytearray | memoryview) -> list[int] | None
     """The inbox ids a row consumes, from its stored ``node_input`` (``None``: none; most rows
     cost a byte search, not a decode)."""
     raw = bytes(node_input)
-    if b'"' + CONSUMES.encode() + b'"' not in raw:
+    if _CONSUMES_KEY not in raw:
         return None
     found = decode(raw).get(CONSUMES)
     if not isinstance(found, list) or not all(type(i) is int for i in found):
