@@ -116,10 +116,10 @@ class RunTrace:
     """The spans of one activation of one run: its ``invoke_agent`` span and the spans under it.
 
     A new run's span starts at once (:meth:`begin`, a child of the caller's current span, if any);
-    a resumed run's when its newest row is read (its stored ``traceparent`` is the parent). The run's
-    actor makes it current in its own task (:meth:`enter`) once it has begun, so the tasks of its
-    steps start under it and the ``"tether"`` logger's records carry its ids; a model or tool call
-    makes its own span current. :meth:`ended` or :meth:`abandon` ends it.
+    a resumed run's when its newest row is read (its stored ``traceparent`` is the parent). The
+    activation's work makes it current in its task (:meth:`enter`) once it has begun, so the
+    ``"tether"`` logger's records carry its ids; a model or tool call makes its own span current.
+    :meth:`ended` or :meth:`abandon` ends it.
     """
 
     __slots__ = (
