@@ -23,7 +23,7 @@ from stores import WAKE, Checkpoint, Store, utcnow
 pytestmark = pytest.mark.anyio
 
 LIMIT = 10.0
-NAP = 0.2
+NAP = 0.6  # long enough that a loaded machine writes the wait row before it is due
 
 
 async def _asleep_and_due(store: Store, runs: Sequence[tuple[Agent, str]]) -> None:
