@@ -14,7 +14,8 @@ import anyio
 import pytest
 from conftest import Backend
 
-from actors import ActorSystem, Agent, tool
+from actors import Actor, ActorSystem, Agent, Cancel, tool
+from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FAILED, RUN_END
 
@@ -81,3 +82,33 @@ async def test_status_answers_and_cancel_ends_the_run_while_a_tool_runs(
     assert (rows[-1].step_type, rows[-1].status) == (RUN_END, FAILED)
     assert calls == ["user"]  # no model call after the cancel
     assert ended < TOOL_SECONDS * 2
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async-tool", "sync-tool"])
+async def test_a_cancel_sent_to_the_runs_mailbox_cuts_the_tool_at_once(
+    store_backend: Backend, sync: bool
+) -> None:
+    """The run's actor reads its mailbox while the tool runs: a Cancel delivered there (no other way
+    in) ends the run within a second, not when the tool's 5 s are over."""
+    calls: list[str] = []
+    started = threading.Event()
+    agent = slow_agent(calls, started, sync=sync)
+    with anyio.fail_after(TOOL_SECONDS * 4):
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as system:
+            ref = await system.spawn(agent, "go", execution_id="cut")
+            while not started.is_set():  # noqa: ASYNC110 (set by the tool, which may run in a thread)
+                await anyio.sleep(0.005)
+            sent = time.monotonic()
+            reply = Reply()
+            await system.runtime.deliver("cut", no_activation, Request(Cancel("from the mailbox"), reply))
+            result = await ref.result(timeout=TOOL_SECONDS * 2)
+            took = time.monotonic() - sent
+            await reply.done.wait()
+    assert result.status == "failed" and result.error is not None and "from the mailbox" in result.error
+    assert took < 1.0, f"the cancel took {took:.2f} s"
+    assert reply.result is not None and reply.result.status == "failed"  # answered once the run ended
+    assert calls == ["user"]
+
+
+def no_activation() -> Actor:
+    raise AssertionError("the run's actor is live: the delivery must not activate another one")
