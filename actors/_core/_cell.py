@@ -78,8 +78,7 @@ class Cell:
     """Runs one actor: its hooks, its mailbox and its place in the supervision tree."""
 
     __slots__ = (
-        "_recv",
-        "_send",
+        "_mailbox",
         "accepting",
         "actor",
         "ctx",
@@ -121,8 +120,8 @@ class Cell:
         self.parent = parent
         self.id = actor_id
         self.key = key
-        self._send = self._recv = Mailbox(spec.mailbox_size)
-        self.ref = ActorRef(self, self._send)
+        self._mailbox = Mailbox(spec.mailbox_size)
+        self.ref = ActorRef(self, self._mailbox)
         self.actor: Actor = spec.factory()
         self.ctx = ActorContext(self)
         self.node: SupervisionNode | None = None
@@ -228,7 +227,7 @@ class Cell:
 
     def _wake(self) -> None:
         try:
-            self._send.send_nowait(WAKE_TOKEN)
+            self._mailbox.send_nowait(WAKE_TOKEN)
         except (WouldBlock, BrokenResourceError, ClosedResourceError):
             pass  # full: the loop is not waiting and reads the flags before its next message
 
@@ -293,7 +292,7 @@ class Cell:
         return reason, error
 
     async def _loop(self) -> ExitReason:
-        receive = self._recv.receive
+        receive = self._mailbox.receive
         handle = self._handle
         first, self.first = self.first, None
         if first is not None:
@@ -308,7 +307,7 @@ class Cell:
                 if reason is not None:
                     return reason
             if taken < _STREAK:
-                taken = taken + 1 if self._recv.ready() else 0
+                taken = taken + 1 if self._mailbox.ready() else 0
             else:  # a busy actor still lets others run
                 taken = 0
                 await anyio.lowlevel.checkpoint()
@@ -374,7 +373,7 @@ class Cell:
                 self._close_mailbox(None)
             return request
         if self.passivate_when_idle:
-            stats = self._recv.statistics()
+            stats = self._mailbox.statistics()
             if stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0 and not self.running:
                 # Synchronous from the check to the close: no message can slip in between.
                 self._close_mailbox(None)
@@ -387,7 +386,7 @@ class Cell:
         """Handle what is queued now (bounded by the stop deadline on the loop's scope)."""
         while True:
             try:
-                item = self._recv.receive_nowait()
+                item = self._mailbox.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 return
             if item is not WAKE_TOKEN:
@@ -425,7 +424,7 @@ class Cell:
             first.fail(ActorStopped(f"{self.id} stopped before handling the message"))
         while True:
             try:
-                item = self._recv.receive_nowait()
+                item = self._mailbox.receive_nowait()
             except (WouldBlock, EndOfStream, ClosedResourceError):
                 break
             if isinstance(item, Failable):
@@ -434,7 +433,7 @@ class Cell:
                 item.fail(stopped)
             elif item is not WAKE_TOKEN:
                 dropped += 1
-        self._recv.close()
+        self._mailbox.close()
         if dropped:
             _log.warning("actor.dropped_messages", actor_id=self.id, count=dropped)
 

@@ -101,8 +101,9 @@ class Mailbox:
     It speaks as anyio's memory object streams do (``send_nowait`` raises ``WouldBlock`` when full,
     a closed mailbox refuses with ``ClosedResourceError`` and, once empty, ends with
     ``EndOfStream``), at less cost per message: a queued message is taken without a turn of the
-    loop, and the reader waits on one event made without a backend lookup. A message stays queued
-    until the reader takes it, so a cancelled ``receive`` loses nothing.
+    loop, and the reader waits on a bare future on asyncio (elsewhere on an event made without a
+    backend lookup). A message stays queued until the reader takes it, so a cancelled ``receive``
+    loses nothing.
     """
 
     __slots__ = ("_closed", "_items", "_reader", "_senders", "_size")
@@ -167,23 +168,14 @@ class Mailbox:
                 return self.receive_nowait()
             except WouldBlock:
                 pass
+            # On asyncio a bare future, the cheapest wait there is; elsewhere an anyio event.
             loop = running_asyncio_loop()
-            if loop is None:
-                event = new_event()
-                self._reader = event
-                try:
-                    await event.wait()
-                finally:
-                    if self._reader is event:
-                        self._reader = None
-            else:  # on asyncio a bare future: the cheapest wait there is
-                future: asyncio.Future[None] = loop.create_future()
-                self._reader = future
-                try:
-                    await future
-                finally:
-                    if self._reader is future:
-                        self._reader = None
+            reader = self._reader = new_event() if loop is None else loop.create_future()
+            try:
+                await (reader if isinstance(reader, asyncio.Future) else reader.wait())
+            finally:
+                if self._reader is reader:
+                    self._reader = None
 
     def close(self) -> None:
         """Refuse new messages; senders waiting for room and the reader wake to the refusal."""

@@ -18,7 +18,6 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -61,7 +60,7 @@ from ._messages import (
 from ._owned import owned
 from ._result import RunResult
 from ._runlog import DEFAULT_OUTAGE_GRACE, RunLog, StepLog
-from ._sources import HeldSources, uses_sources
+from ._sources import activation_sources, uses_sources
 from ._tool_watch import ToolWatch
 from ._trace import RunTrace, active_tracer
 from .topologies import LevelMachine
@@ -86,14 +85,13 @@ class _Activation:
     """The run actor's state while an activation is in flight: its level's machine (what is in
     flight), the reply it answers, its span, and the reason of a cancel that came meanwhile."""
 
-    __slots__ = ("cancel_reason", "entering", "machine", "reply", "sources", "stray", "trace")
+    __slots__ = ("cancel_reason", "entering", "machine", "reply", "stray", "trace")
 
     def __init__(self, machine: LevelMachine, reply: Reply, trace: RunTrace | None) -> None:
         self.machine = machine
         self.reply = reply
         self.trace = trace
         self.cancel_reason: str | None = None
-        self.sources: HeldSources | None = None
         #: Whether the work is at the activation's entry point (a cancel does not cut it).
         self.entering = False
         #: A message the run cannot take that came meanwhile: the activation fails with it.
@@ -324,9 +322,9 @@ class RunActor(Actor):
             case Cancel(reason=reason):
                 # No lock: the marker takes the next seq, and a live owner elsewhere then loses its
                 # next write (WriteConflict) and stops. The log is the lock.
-                self._settled(request.reply, await engine.cancel(reason))
+                self._settle(request.reply, await engine.cancel(reason), None)
             case GiveUp(error=error):
-                self._settled(request.reply, await engine.cancel("max_recoveries", error=error))
+                self._settle(request.reply, await engine.cancel("max_recoveries", error=error), None)
             case Spawn():  # a spawn's caller opens the run itself (``open``): it comes only so
                 raise TypeError(f"run {self.execution_id!r}: a spawn comes with its opening")
             case SpawnFork(base=base, appended=appended):
@@ -383,22 +381,26 @@ class RunActor(Actor):
         self._active = True
         self._abandoned = False
         now = self._now = _Activation(LevelMachine(ctx, engine), reply, trace)
-        sources = now.sources = HeldSources() if uses_sources(self.runner) else None
-        if sources is not None:
-            ctx.start_task(
-                sources.hold, self.execution_id, functools.partial(setattr, engine.rows, "sources")
-            )
-            if entry is not None:
-                entry = sources.after_ready(entry)
         now.entering = entry is not None
         now.machine.start(lambda: self._work(now, entry, found), self._work_done)
 
     async def _work(
         self, now: _Activation, entry: Callable[[], Awaitable[Next | None]] | None, found: Next | None
     ) -> RunResult:
-        """The activation's work, in its task: the entry point, the steps in order (a cancel or a
-        message the run cannot take stops them before the next), the run's conclusion."""
-        trace, token = now.trace, None
+        """The activation's work, in its task (:meth:`_steps`); its tool sources' connections, if
+        the runner has any, live as long."""
+        if not uses_sources(self.runner):
+            return await self._steps(now, entry, found)
+        async with activation_sources(True) as connections:
+            now.machine.level.rows.sources = connections
+            return await self._steps(now, entry, found)
+
+    async def _steps(
+        self, now: _Activation, entry: Callable[[], Awaitable[Next | None]] | None, found: Next | None
+    ) -> RunResult:
+        """The entry point, the steps in order (a cancel or a message the run cannot take stops
+        them before the next), the run's conclusion; under the activation's span."""
+        level, trace, token = now.machine.level, now.trace, None
         if trace is not None:
             token = trace.enter()  # the span of a new run: current for the whole activation
         try:
@@ -406,7 +408,7 @@ class RunActor(Actor):
                 found = await entry()
                 now.entering = False
                 if found is None:  # an entry point with nothing to do: how the run stands
-                    return await now.machine.level.standing()
+                    return await level.standing()
                 if trace is not None and token is None:
                     token = trace.enter()  # a resumed run's span began in its entry
             assert found is not None
@@ -415,10 +417,10 @@ class RunActor(Actor):
                 if now.stray is not None:
                     raise now.stray
                 assert now.cancel_reason is not None
-                return await now.machine.level.cancel(now.cancel_reason)
+                return await level.cancel(now.cancel_reason)
             if isinstance(outcome, HandedOff):
                 raise TypeError(f"run {self.execution_id!r}: the root runner cannot hand off")
-            return await now.machine.level.conclude(outcome)
+            return await level.conclude(outcome)
         finally:
             if trace is not None:
                 trace.leave(token)
@@ -453,27 +455,21 @@ class RunActor(Actor):
             await self._finish(now, result, None)
 
     async def _finish(self, now: _Activation, result: RunResult | None, error: BaseException | None) -> None:
-        """End the activation: close its sources, release the lock (shielded, bounded), end its
-        span, answer its reply."""
+        """End the activation: release the lock (shielded, bounded), end its span, answer its reply."""
         self._now = None
-        if now.sources is not None:
-            await now.sources.close()
         await self._unlock()
         trace = now.trace
         if trace is not None:
             if result is not None:
                 trace.ended(result)
-            else:
-                trace.abandon(error if error is not None else self._stopped())
+            elif error is not None:
+                trace.abandon(error)
         self._settle(now.reply, result, error)
 
     def _settle(self, reply: Reply, result: RunResult | None, error: BaseException | None) -> None:
         reply.settle(result, error)
         if result is not None and result.status == "waiting" and self._on_rest is not None:
             self._on_rest(result.wake_at)
-
-    def _settled(self, reply: Reply, result: RunResult) -> None:
-        self._settle(reply, result, None)
 
     async def on_stop(self, ctx: ActorContext) -> None:
         """The actor stops with an activation in flight (a shutdown, a stop past its bound): its

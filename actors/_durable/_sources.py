@@ -16,16 +16,16 @@ longer lists raises :class:`ToolNotFound` before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol, TypeVar
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
 
 from stores import Checkpoint, Store, conversation_of, is_segment_name
 
-from .._core import LazyEvent, shielded, tether_logger
+from .._core import shielded, tether_logger
 from ._errors import ToolNotFound, unfit_tool_name
 from ._tools import ToolOutcome
 
@@ -33,17 +33,16 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "RECORD",
     "Connections",
-    "HeldSources",
     "SourceSession",
     "SourceTool",
     "ToolSource",
+    "activation_sources",
     "offer",
     "recorded_tools",
     "uses_sources",
 ]
 
 _log = tether_logger()
-_T = TypeVar("_T")
 
 #: The snapshot key of the tools from sources an agent offered (its first row carries it).
 RECORD: Final = "source_tools"
@@ -130,7 +129,7 @@ class Connections:
             released.set()
 
     async def aclose(self) -> None:
-        """Close every connection (call shielded and bounded: see :class:`HeldSources`)."""
+        """Close every connection (call shielded and bounded: see :func:`activation_sources`)."""
         self._closing.set()
         for released in list(self._held):
             await released.wait()
@@ -241,49 +240,25 @@ def uses_sources(runner: Any) -> bool:
     return False
 
 
-class HeldSources:
-    """The connections of one activation, held open by a task of the run's actor (:meth:`hold`)
-    until :meth:`close`: each is opened on first use and all are closed together, shielded and
-    bounded. The activation's entry point waits for them (:meth:`after_ready`)."""
-
-    __slots__ = ("_close", "_closed", "_ready")
-
-    def __init__(self) -> None:
-        self._ready = LazyEvent()
-        self._close = LazyEvent()
-        self._closed = LazyEvent()
-
-    async def hold(self, execution_id: str, held: Callable[[Connections], None]) -> None:
-        """The task: open the activation's connections, hand them to ``held``, keep them open
-        until :meth:`close`, then close them (the run's later steps have ended by then)."""
+@asynccontextmanager
+async def activation_sources(used: bool) -> AsyncIterator[Connections | None]:
+    """The connections of one activation (``None`` when its runner has no sources): each is
+    opened on first use and all are closed when the activation ends, shielded and bounded."""
+    if not used:
+        yield None
+        return
+    failure: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+        connections = Connections(tg)
         try:
-            async with anyio.create_task_group() as tg:
-                connections = Connections(tg)
-                held(connections)
-                self._ready.set()
-                try:
-                    await self._close.wait()
-                finally:
-                    with shielded(CLOSE_TIMEOUT):
-                        await connections.aclose()
-                    tg.cancel_scope.cancel()  # whatever did not close in time is cut
-        except Exception as error:  # a connection's failure: the steps using it failed already
-            _log.warning("tool sources closed with an error", execution_id=execution_id, error=repr(error))
+            yield connections
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as error:  # re-raised after the group, not wrapped in a group
+            failure = error
         finally:
-            self._ready.set()
-            self._closed.set()
-
-    def after_ready(self, entry: Callable[[], Awaitable[_T]]) -> Callable[[], Awaitable[_T]]:
-        """``entry`` once the connections are there."""
-
-        async def entered() -> _T:
-            await self._ready.wait()
-            return await entry()
-
-        return entered
-
-    async def close(self) -> None:
-        """Close the connections and wait for it (shielded, bounded)."""
-        self._close.set()
-        with shielded(CLOSE_TIMEOUT + 1.0):
-            await self._closed.wait()
+            with shielded(CLOSE_TIMEOUT):
+                await connections.aclose()
+            tg.cancel_scope.cancel()  # whatever did not close in time is cut
+    if failure is not None:
+        raise failure
