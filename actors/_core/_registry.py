@@ -85,6 +85,37 @@ class Registry:
             return ref
         return await self._activate(key, factory, idle_timeout, mailbox_size, stop_timeout, bindings or {})
 
+    async def deliver(
+        self,
+        key: Hashable,
+        factory: Callable[[], Actor],
+        message: object,
+        *,
+        idle_timeout: float | None = None,
+        mailbox_size: int = 1024,
+        stop_timeout: float = 2.0,
+        bindings: dict[str, object] | None = None,
+    ) -> ActorRef:
+        """Send ``message`` to the actor for ``key``, activating one with ``message`` as its first
+        message when there is none (so a passivation that comes first cannot refuse it).
+
+        A live actor that passivates or stops between lookup and send refuses the message untaken;
+        the key is then looked up again, a bounded number of times. Raises :class:`ActorCrashed`
+        when the activation's ``on_start`` failed (a :class:`Failable` message is failed too).
+        """
+        for _ in range(16):
+            ref = await self._settled(key, crashed=True)
+            if ref is None:
+                return await self._activate(
+                    key, factory, idle_timeout, mailbox_size, stop_timeout, bindings or {}, first=message
+                )
+            try:
+                await ref.send(message)
+            except ActorStopped:
+                continue
+            return ref
+        raise ActorStopped(f"could not deliver to {key!r}: its actor kept stopping")
+
     async def _settled(self, key: Hashable, *, crashed: bool) -> ActorRef | None:
         """Wait until ``key`` has a live, accepting actor (its ref) or no entry (``None``, and the
         caller may take the key before its next await): an activation or a reservation under way is
@@ -118,11 +149,13 @@ class Registry:
         mailbox_size: int,
         stop_timeout: float,
         bindings: dict[str, object],
+        *,
+        first: object = None,
     ) -> ActorRef:
         entry = self._entries[key] = _Entry()
         spec = _spec(key, factory, mailbox_size, stop_timeout, bindings, idle_timeout=idle_timeout)
         try:
-            ref = await self._runtime.spawn(spec, self._runtime.root, key=key)
+            ref = await self._runtime.spawn(spec, self._runtime.root, key=key, first=first)
         except BaseException as exc:
             if self._entries.get(key) is entry:
                 del self._entries[key]

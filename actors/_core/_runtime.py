@@ -134,13 +134,14 @@ class ActorRuntime:
         return await self.spawn(spec, self.root)
 
     async def spawn(
-        self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None
+        self, spec: ChildSpec, parent: SupervisionNode, *, key: Hashable | None = None, first: object = None
     ) -> ActorRef:
         """Start ``spec`` under ``parent``; raise :class:`ActorCrashed` if its first ``on_start`` fails.
+        ``first``: as for :meth:`launch`.
 
         The wait is bounded by the actor's own ``on_start``.
         """
-        cell = self.launch(spec, parent, key=key)
+        cell = self.launch(spec, parent, key=key, first=first)
         await cell.started.wait()
         if cell.start_error is not None:
             crashed = ActorCrashed(f"{cell.id} failed in on_start: {cell.start_error!r}", actor_id=cell.id)
@@ -184,19 +185,8 @@ class ActorRuntime:
     async def deliver(
         self, key: Hashable, factory: Callable[[], Actor], message: object, **options: Any
     ) -> ActorRef:
-        """Send ``message`` to the actor for ``key``, activating it if needed.
-
-        If the actor passivated or stopped between lookup and send (the message was not taken),
-        it activates a new one and sends again, a bounded number of times.
-        """
-        for _ in range(16):
-            ref = await self.registry.get_or_activate(key, factory, **options)
-            try:
-                await ref.send(message)
-            except ActorStopped:
-                continue
-            return ref
-        raise ActorStopped(f"could not deliver to {key!r}: its actor kept stopping")
+        """Send ``message`` to the actor for ``key``, activating it if needed (see :class:`Registry`)."""
+        return await self.registry.deliver(key, factory, message, **options)
 
     def lookup(self, key: Hashable) -> ActorRef | None:
         """The live, accepting actor for ``key``, if any (never activates)."""

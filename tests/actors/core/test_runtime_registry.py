@@ -123,6 +123,28 @@ async def test_passivation_and_reactivation_lose_no_message() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_passivation_during_activation_cannot_refuse_the_message_that_activates() -> None:
+    """The message that activates an actor is its first: a passivation that comes while the actor
+    starts (here from its own ``on_start``, every time) retires it only after that message."""
+    seen: list[object] = []
+
+    class RetiresAtOnce(Actor):
+        async def on_start(self, ctx: ActorContext) -> None:
+            ctx.passivate()
+
+        async def receive(self, ctx: ActorContext, message: Any) -> Any:
+            seen.append(message)
+
+    with anyio.fail_after(5):
+        async with ActorSystem() as system:
+            for i in range(3):
+                await system.runtime.deliver("k", RetiresAtOnce, i)
+                while "k" in system.runtime.registry:  # noqa: ASYNC110 (bounded by fail_after)
+                    await anyio.sleep(0.001)
+    assert seen == [0, 1, 2]
+
+
+@pytest.mark.anyio
 async def test_idle_actors_passivate_and_reactivate() -> None:
     activations: Counter[str] = Counter()
     seen: Counter[str] = Counter()
