@@ -155,6 +155,7 @@ async def body(proof: Proof, _: ActorSystem) -> None:
 
         with proof.section("a worker started afterwards wakes it at its time, once"):
             second = _start_worker(cfg)
+            ready = time.time()  # a loaded machine may start the worker after the run's time
             try:
                 await _until(system, "completed", timeout=60)
                 await anyio.sleep(0.5)
@@ -163,7 +164,7 @@ async def body(proof: Proof, _: ActorSystem) -> None:
             rows = await history(system, RUN)
             proof.rows(rows[5:])
             delivered = [json.loads(line) for line in (await anyio.Path(ledger).read_text()).splitlines()]
-            late = delivered[0]["at"] - due.timestamp() if delivered and due else None
+            late = delivered[0]["at"] - max(due.timestamp(), ready) if delivered and due else None
             proof.say(f"deliveries: {len(delivered)}")
             proof.check(
                 [kind for _, kind, _ in shape(rows)[5:]] == ["wake", "llm_call", "run_end"],
@@ -171,7 +172,7 @@ async def body(proof: Proof, _: ActorSystem) -> None:
             )
             proof.check(len(delivered) == 1, "the code after the sleep ran once", delivered)
             proof.check(
-                late is not None and -0.05 <= late <= LATE, f"woken within {LATE} s of its time", late
+                late is not None and -0.05 <= late <= LATE, f"woken within {LATE} s of its time (or of the worker's start, if later)", late
             )
             result = await system.ref(RUN).result()
             proof.say(f"status: {result.status} · output: {result.output!r}")
