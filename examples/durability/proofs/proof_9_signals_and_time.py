@@ -172,7 +172,9 @@ async def body(proof: Proof, _: ActorSystem) -> None:
             )
             proof.check(len(delivered) == 1, "the code after the sleep ran once", delivered)
             proof.check(
-                late is not None and -0.05 <= late <= LATE, f"woken within {LATE} s of its time (or of the worker's start, if later)", late
+                late is not None and -0.05 <= late <= LATE,
+                f"woken within {LATE} s of its time (or of the worker's start, if later)",
+                late,
             )
             result = await system.ref(RUN).result()
             proof.say(f"status: {result.status} · output: {result.output!r}")
