@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Final, Protocol, Self, TypeVar
 
-from ._codec import LogAppend, MessageLogs, StoredRow, encode_cache_value
+from ._codec import LogAppend, LogUnknown, MessageLogs, StoredRow, encode_cache_value
 from ._errors import check_execution_id, log_kept_changing, store_closed
 from ._json import decode
 from ._model import Cached, Checkpoint, PendingInterrupt, utcnow
@@ -108,9 +108,10 @@ class Intents(Protocol):
         ...
 
 
-#: Load what a row's log holds into memory before the row is planned (a continuing run's log not
-#: known here): the load to await, or ``None`` when there is nothing to load (the common case, which
-#: then builds no coroutine); a backend that reads the log back gives one to :class:`BaseStore`.
+#: Load what a row's log holds into memory before the row is planned again (called when its plan
+#: found a continuing run's log not known here, :class:`~stores._codec.LogUnknown`): the load to
+#: await, or ``None`` when there is nothing to load; a backend that reads the log back gives one to
+#: :class:`BaseStore`.
 Recall = Callable[[Checkpoint], Awaitable[None] | None]
 
 
@@ -193,17 +194,20 @@ class BaseStore(BaseOwnedStore, abc.ABC):
         ``attempt`` raises :class:`LogMoved` when the database's log is not the planned one; the
         run's memory is then dropped and the row planned again, within :data:`REPLAN_BUDGET`. Any
         other failure also drops the memory (a failed write may have left it ahead of the database).
+        A continuing run's log not in memory is loaded by the backend's ``recall`` before the plan.
         """
         eid = row.execution_id
         self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
+        logs, recall = self._logs, self._recall
         try:
             for _ in range(REPLAN_BUDGET):
                 if plan is None:
-                    if self._recall is not None:
-                        loading = self._recall(row)
-                        if loading is not None:
+                    try:
+                        plan = logs.plan(row, recall is not None)
+                    except LogUnknown:
+                        if recall is not None and (loading := recall(row)) is not None:
                             await loading
-                    plan = self._logs.plan(row)
+                        plan = logs.plan(row)
                 try:
                     written = await attempt(plan)
                 except LogMoved:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ._errors import RowTooLarge, SerializationError, StoreError, check_execution_id
+from ._errors import MAX_EXECUTION_ID, RowTooLarge, SerializationError, StoreError, check_execution_id
 from ._json import check_str, decode, encode, encode_many
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 from ._paths import conversation_of
@@ -31,6 +31,7 @@ from ._paths import conversation_of
 __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
     "LogAppend",
+    "LogUnknown",
     "MessageLogs",
     "StoredRow",
     "decode_row",
@@ -93,6 +94,10 @@ class LogAppend(NamedTuple):
     chunk: bytes
 
 
+class LogUnknown(Exception):
+    """The row continues a log this store holds no memory of: load it, then plan the row again."""
+
+
 class _Log:
     __slots__ = ("log_id", "messages")
 
@@ -138,11 +143,14 @@ class MessageLogs:
             self._runs.move_to_end(execution_id)
         return logs
 
-    def plan(self, row: Checkpoint) -> tuple[StoredRow, LogAppend | None]:
+    def plan(self, row: Checkpoint, recall: bool = False) -> tuple[StoredRow, LogAppend | None]:
         """Encode ``row`` for storage and work out which messages are new.
 
         Raises :class:`SerializationError` (with the path inside the row) or :class:`RowTooLarge`
         before anything is written. The caller must :meth:`forget` the run if the write then fails.
+        With ``recall``, a row past ``seq`` 0 whose conversation's log is not in memory raises
+        :class:`LogUnknown` once it is validated, before anything is remembered: the backend loads
+        the log (:meth:`remember`) and plans again.
         """
         eid = row.execution_id
         _check_row_text(row)
@@ -155,7 +163,9 @@ class MessageLogs:
                 messages = list(messages)
             rest = dict(snapshot)
             del rest[_MESSAGES]
-            log_id, start = self._place(eid, conversation_of(row.agent_path), messages)
+            log_id, start = self._place(
+                eid, conversation_of(row.agent_path), messages, recall and row.seq != 0
+            )
             count = len(messages)
             values: list[Any] = [rest, row.node_input, row.node_output, row.interrupt_context]
             if start < count:
@@ -208,19 +218,28 @@ class MessageLogs:
             self.forget(eid)  # an ended run writes again only after a reload
         return stored, append
 
-    def _place(self, execution_id: str, conversation: str, messages: list[Any]) -> tuple[str, int]:
-        logs = self._logs_of(execution_id)
-        log = logs.get(conversation)
+    def _place(
+        self, execution_id: str, conversation: str, messages: list[Any], recall: bool
+    ) -> tuple[str, int]:
+        """The log the messages go to and the index of the first new one (``recall``: an unknown
+        log raises :class:`LogUnknown`, with nothing remembered yet)."""
+        runs = self._runs
+        logs = runs.get(execution_id)
+        log = None if logs is None else logs.get(conversation)
         if log is not None:
             known = log.messages
             if len(messages) >= len(known) and messages[: len(known)] == known:
                 start = len(known)
                 known.extend(messages[start:])
+                runs.move_to_end(execution_id)
                 return log.log_id, start
             if len(messages) < len(known) and known[: len(messages)] == messages:
+                runs.move_to_end(execution_id)
                 return log.log_id, len(messages)
+        elif recall:
+            raise LogUnknown
         log_id = new_id()
-        logs[conversation] = _Log(log_id, list(messages))
+        self._logs_of(execution_id)[conversation] = _Log(log_id, list(messages))
         return log_id, 0
 
 
@@ -336,13 +355,15 @@ def _encode_one_by_one(row: Checkpoint, rest: Any, messages: list[Any] | None, s
 
 
 def _check_row_text(row: Checkpoint) -> None:
-    """:func:`_check_text` of a row's text columns, with the common case (every column a str or
-    ``None``, all ASCII without NUL) cleared by one join and two C-level scans."""
-    check_execution_id(row.execution_id)
+    """:func:`_check_text` of a row's text columns, with the common case (a str execution_id of
+    allowed length, every other column a str or ``None``, all ASCII without NUL) cleared by one
+    join and two C-level scans; anything else goes the long way, which names what is wrong."""
+    eid = row.execution_id
     reason, path, parent = row.interrupt_reason, row.agent_path, row.parent_checkpoint_id
     try:
         joined = "".join(
             (
+                eid,
                 row.checkpoint_id,
                 row.runner,
                 row.node_id,
@@ -355,7 +376,12 @@ def _check_row_text(row: Checkpoint) -> None:
         )
     except TypeError:  # a column that is not a str: the per-column check names it
         joined = "\x00"
-    if "\x00" in joined or not joined.isascii():
+    if (
+        "\x00" in joined
+        or not joined.isascii()
+        or type(eid) is not str
+        or not 0 < len(eid) <= MAX_EXECUTION_ID
+    ):
         _check_text(row, _ROW_TEXT)
 
 

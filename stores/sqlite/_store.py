@@ -211,7 +211,9 @@ class SQLiteStore(BaseStore):
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         if self._state is not StoreState.READY:
             await self._ensure()
-        await self._write_row(row, row.step_type == RUN_END, insert_row)
+        await self._own.carrying(  # _write_row, without its frame
+            row.execution_id, row.step_type == RUN_END, functools.partial(self._write_owned, row, insert_row)
+        )
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
@@ -319,19 +321,10 @@ class SQLiteStore(BaseStore):
         """Queue ``fn`` for the next write transaction (:meth:`Connections.write`)."""
         return self._db.write(fn)
 
-    def _recall_log(self, row: Checkpoint) -> Awaitable[None] | None:
-        """The load of the row's conversation log into memory if a continuing run's log is not
-        known (``None``: nothing to load)."""
-        snapshot = row.state_snapshot
-        if row.seq == 0 or (type(snapshot) is not dict and not isinstance(snapshot, dict)):
-            return None
-        messages = snapshot.get("messages")
-        if type(messages) is not list and not isinstance(messages, list | tuple):
-            return None
-        eid, conversation = row.execution_id, conversation_of(row.agent_path)
-        if self._logs.known(eid, conversation):
-            return None
-        return self._load_log(eid, conversation)
+    def _recall_log(self, row: Checkpoint) -> Awaitable[None]:
+        """The load of the row's conversation log into memory (its plan found the log of a
+        continuing run not known here)."""
+        return self._load_log(row.execution_id, conversation_of(row.agent_path))
 
     async def _load_log(self, eid: str, conversation: str) -> None:
         """Read the newest log of the run's ``conversation`` back into memory."""
