@@ -50,12 +50,16 @@ def encode(value: Any, *, path: str = "$", error: type[SerializationError] = Ser
     except (TypeError, ValueError, OverflowError, RecursionError):  # UnicodeEncodeError is a ValueError
         return _encoder.encode(normalize(value, path=path, error=error))
     if (
-        (_BACKSLASH not in data or _NUL_ESCAPE not in data)  # memchr first: most values have no escape
-        and _decoder.decode(data) == value
-        and _ints_fit(value)
-        and _shallow(value, data)
-    ):
-        return data
+        _BACKSLASH not in data or _NUL_ESCAPE not in data  # memchr first: most values have no escape
+    ) and _decoder.decode(data) == value:
+        try:  # integers wider than 64 bits (see _width_check)
+            _width_check(value)
+        except (OverflowError, TypeError, ValueError):
+            pass
+        else:
+            # Deeper than MAX_DEPTH takes more than MAX_DEPTH opening brackets and their closing ones.
+            if len(data) <= 2 * MAX_DEPTH or _shallow(value, data):
+                return data
     return _encoder.encode(normalize(value, path=path, error=error))
 
 
@@ -76,21 +80,12 @@ def encode_many(values: list[Any]) -> list[bytes] | None:
         and (len(data) <= 2 * MAX_DEPTH + 2 or data.count(b"[") + data.count(b"{") <= MAX_DEPTH + 1)
         and _decoder.decode(data) == values
     ):
-        try:  # _ints_fit, inline: this runs for every row
+        try:  # integers wider than 64 bits (see _width_check)
             _width_check(values)
         except (OverflowError, TypeError, ValueError):
             return None
         return parts
     return None
-
-
-def _ints_fit(value: Any) -> bool:
-    """Whether every integer in ``value`` (already known to round-trip as JSON) fits in 64 bits."""
-    try:
-        _width_check(value)
-    except (OverflowError, TypeError, ValueError):
-        return False
-    return True
 
 
 def _shallow(value: Any, data: bytes) -> bool:
@@ -135,7 +130,8 @@ def _normalize(value: Any, path: str, error: type[SerializationError], depth: in
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
-        check_str(value, path, error)
+        if "\x00" in value or not value.isascii():  # check_str's common case, without its call
+            check_str(value, path, error)
         return value
     if isinstance(value, int):
         if not _INT_MIN <= value <= _INT_MAX:
@@ -152,8 +148,10 @@ def _normalize(value: Any, path: str, error: type[SerializationError], depth: in
         for key, item in value.items():
             if not isinstance(key, str):
                 raise error(f"dict key {key!r} is a {type(key).__name__}, not a str", path=path)
-            check_str(key, path, error)
-            out[key] = _normalize(item, _child(path, key), error, depth + 1)
+            if "\x00" in key or not key.isascii():
+                check_str(key, path, error)
+            child = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+            out[key] = _normalize(item, child, error, depth + 1)
         return out
     if isinstance(value, list | tuple):
         return [_normalize(item, f"{path}[{i}]", error, depth + 1) for i, item in enumerate(value)]
@@ -178,9 +176,3 @@ def check_str(value: str, path: str, error: type[SerializationError]) -> None:
                 "which UTF-8 cannot encode",
                 path=path,
             ) from None
-
-
-def _child(path: str, key: str) -> str:
-    if key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{key!r}]"
