@@ -62,6 +62,9 @@ TAKE_SQL: Final = (
     f"INSERT INTO run_owners (execution_id, owner, since) VALUES (?, ?, {_NOW}) "
     "ON CONFLICT (execution_id) DO UPDATE SET owner = excluded.owner, since = excluded.since"
 )
+#: :data:`TAKE_SQL` where no check is needed: the run has no row, names no owner, or names this one
+#: (a take's common case, one statement; it writes nothing, changing no row, when another is named).
+_TAKE_FREE: Final = TAKE_SQL + " WHERE run_owners.owner IS NULL OR run_owners.owner = excluded.owner"
 
 _open_files: weakref.WeakSet[LivenessFile] = weakref.WeakSet()
 
@@ -196,6 +199,8 @@ os.register_at_fork(after_in_child=_close_in_child)
 
 def take_row(conn: sqlite3.Connection, execution_id: str, owner: str, lock: LivenessFile) -> bool:
     """In a write transaction: record ``owner`` with the run unless a live other owner is recorded."""
+    if conn.execute(_TAKE_FREE, (execution_id, owner)).rowcount:
+        return True
     found = conn.execute("SELECT owner FROM run_owners WHERE execution_id = ?", (execution_id,)).fetchone()
     if found is not None and found[0] is not None and found[0] != owner and lock.alive(found[0]):
         return False
