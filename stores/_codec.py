@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ._errors import MAX_EXECUTION_ID, RowTooLarge, SerializationError, StoreError, check_execution_id
+from ._errors import MAX_EXECUTION_ID as _MAX_ID
+from ._errors import RowTooLarge, SerializationError, StoreError, check_execution_id
 from ._json import check_str, decode, encode, encode_many
 from ._model import RUN_END, Checkpoint, PendingInterrupt, new_id
 from ._paths import conversation_of
@@ -153,7 +154,28 @@ class MessageLogs:
         the log (:meth:`remember`) and plans again.
         """
         eid = row.execution_id
-        _check_row_text(row)
+        # The text columns: the common case (a str execution_id of allowed length, every other
+        # column a str or None, all ASCII without NUL) is cleared by one join and two C-level
+        # scans; anything else is checked column by column, which names what is wrong.
+        reason, path, parent = row.interrupt_reason, row.agent_path, row.parent_checkpoint_id
+        try:
+            joined = "".join(
+                (
+                    eid,
+                    row.checkpoint_id,
+                    row.runner,
+                    row.node_id,
+                    row.step_type,
+                    row.status,
+                    "" if reason is None else reason,
+                    "" if path is None else path,
+                    "" if parent is None else parent,
+                )
+            )
+        except TypeError:  # a column that is not a str
+            joined = "\x00"
+        if "\x00" in joined or not joined.isascii() or type(eid) is not str or not 0 < len(eid) <= _MAX_ID:
+            _check_text(row, _ROW_TEXT)
         snapshot = row.state_snapshot
         messages = snapshot.get(_MESSAGES) if isinstance(snapshot, dict) else None
         log_id: str | None = None
@@ -163,9 +185,7 @@ class MessageLogs:
                 messages = list(messages)
             rest = dict(snapshot)
             del rest[_MESSAGES]
-            log_id, start = self._place(
-                eid, conversation_of(row.agent_path), messages, recall and row.seq != 0
-            )
+            log_id, start = self._place(eid, conversation_of(path), messages, recall and row.seq != 0)
             count = len(messages)
             values: list[Any] = [rest, row.node_input, row.node_output, row.interrupt_context]
             if start < count:
@@ -352,37 +372,6 @@ def _encode_one_by_one(row: Checkpoint, rest: Any, messages: list[Any] | None, s
     if chunk is not None:
         parts.append(chunk)
     return parts
-
-
-def _check_row_text(row: Checkpoint) -> None:
-    """:func:`_check_text` of a row's text columns, with the common case (a str execution_id of
-    allowed length, every other column a str or ``None``, all ASCII without NUL) cleared by one
-    join and two C-level scans; anything else goes the long way, which names what is wrong."""
-    eid = row.execution_id
-    reason, path, parent = row.interrupt_reason, row.agent_path, row.parent_checkpoint_id
-    try:
-        joined = "".join(
-            (
-                eid,
-                row.checkpoint_id,
-                row.runner,
-                row.node_id,
-                row.step_type,
-                row.status,
-                "" if reason is None else reason,
-                "" if path is None else path,
-                "" if parent is None else parent,
-            )
-        )
-    except TypeError:  # a column that is not a str: the per-column check names it
-        joined = "\x00"
-    if (
-        "\x00" in joined
-        or not joined.isascii()
-        or type(eid) is not str
-        or not 0 < len(eid) <= MAX_EXECUTION_ID
-    ):
-        _check_text(row, _ROW_TEXT)
 
 
 def _check_text(obj: Checkpoint | PendingInterrupt, fields: tuple[str, ...]) -> None:

@@ -66,7 +66,11 @@ class Appends:
                     lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
                 ),
             )
-        await self._own.carrying(eid, row.step_type == RUN_END, functools.partial(self._append_owned, row))
+        carried = self._own.rides(eid, row.step_type == RUN_END)
+        if carried is None:  # the common case, without _append_owned's frame
+            await self._append(row, NO_OWNERSHIP)
+        else:
+            await self._own.carry(eid, carried, functools.partial(self._append_owned, row))
 
     def _append_owned(self, row: Checkpoint, take: str | None, release: str | None) -> Awaitable[None]:
         """Append ``row`` carrying the run's ``take`` and ``release`` (group commit when its statement

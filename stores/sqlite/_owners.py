@@ -11,11 +11,9 @@ from .._model import utcnow
 from .._queues import Admission, Queue, Work
 from ._locks import (
     LivenessFile,
-    Op,
     expired_rows,
     owned_rows,
     release_row,
-    ride,
     take_row,
     unowned_rows,
 )
@@ -110,10 +108,3 @@ class FileOwners:
 
     def probe(self) -> None:
         self._liveness.probe()
-
-    def ride(self, execution_id: str, op: Op, take: str | None, release: str | None) -> Op:
-        """``op`` with the run's take before it and its release after it, in its transaction
-        (:func:`stores.sqlite._locks.ride`); ``op`` itself when it carries neither."""
-        if take is None and release is None:
-            return op
-        return ride(op, execution_id, take, release, self._liveness)

@@ -43,7 +43,7 @@ from ._cache import Cache
 from ._connection import SYNCHRONOUS, integrity_problems
 from ._inbox import Inbox
 from ._insert import RowOp, insert_row
-from ._locks import LivenessFile
+from ._locks import LivenessFile, ride
 from ._owners import FileOwners
 from ._replica import Replica
 from ._rows import (
@@ -211,9 +211,12 @@ class SQLiteStore(BaseStore):
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         if self._state is not StoreState.READY:
             await self._ensure()
-        await self._own.carrying(  # _write_row, without its frame
-            row.execution_id, row.step_type == RUN_END, functools.partial(self._write_owned, row, insert_row)
-        )
+        eid = row.execution_id
+        carried = self._own.rides(eid, row.step_type == RUN_END)
+        if carried is None:  # _write_row of a row that carries nothing, without its frames
+            await self._planned(row, functools.partial(self._attempt, insert_row, eid, None, None))
+        else:
+            await self._own.carry(eid, carried, functools.partial(self._write_owned, row, insert_row))
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no
@@ -314,7 +317,7 @@ class SQLiteStore(BaseStore):
         release riding in its transaction (the writer thread calls it with no frame between)."""
         fn: Callable[[sqlite3.Connection], T] = functools.partial(op, plan=plan)
         if take is not None or release is not None:
-            fn = self._owner_rows.ride(eid, fn, take, release)
+            fn = ride(fn, eid, take, release, self._liveness)
         return self._db.write(fn)
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
