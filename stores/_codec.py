@@ -185,8 +185,8 @@ class MessageLogs:
                 messages = list(messages)
             rest = dict(snapshot)
             del rest[_MESSAGES]
-            log_id, start = self._place(eid, conversation_of(path), messages, recall and row.seq != 0)
             count = len(messages)
+            log_id, start = self._place(eid, conversation_of(path), messages, count, recall and row.seq != 0)
             values: list[Any] = [rest, row.node_input, row.node_output, row.interrupt_context]
             if start < count:
                 values.append(messages[start:])
@@ -199,7 +199,8 @@ class MessageLogs:
         parts = encode_many(values)
         if parts is None:
             parts = _encode_one_by_one(row, rest, messages if log_id is not None else None, start)
-        append = LogAppend(start, parts[4]) if len(parts) > 4 else None
+        # A LogAppend from its fields, without the frame of the NamedTuple's generated __new__.
+        append = tuple.__new__(LogAppend, (start, parts[4])) if len(parts) > 4 else None
         state, node_input, node_output, context = parts[0], parts[1], parts[2], parts[3]
         stored = tuple.__new__(  # a StoredRow from its column values in order, no copy
             StoredRow,
@@ -239,23 +240,23 @@ class MessageLogs:
         return stored, append
 
     def _place(
-        self, execution_id: str, conversation: str, messages: list[Any], recall: bool
+        self, execution_id: str, conversation: str, messages: list[Any], count: int, recall: bool
     ) -> tuple[str, int]:
-        """The log the messages go to and the index of the first new one (``recall``: an unknown
-        log raises :class:`LogUnknown`, with nothing remembered yet)."""
+        """The log the ``count`` messages go to and the index of the first new one (``recall``: an
+        unknown log raises :class:`LogUnknown`, with nothing remembered yet)."""
         runs = self._runs
         logs = runs.get(execution_id)
         log = None if logs is None else logs.get(conversation)
         if log is not None:
             known = log.messages
-            if len(messages) >= len(known) and messages[: len(known)] == known:
-                start = len(known)
+            start = len(known)
+            if count >= start and messages[:start] == known:
                 known.extend(messages[start:])
                 runs.move_to_end(execution_id)
                 return log.log_id, start
-            if len(messages) < len(known) and known[: len(messages)] == messages:
+            if count < start and known[:count] == messages:
                 runs.move_to_end(execution_id)
-                return log.log_id, len(messages)
+                return log.log_id, count
         elif recall:
             raise LogUnknown
         log_id = new_id()

@@ -52,7 +52,8 @@ class Appends:
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
         eid = row.execution_id
-        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
+        if eid in self._own.abandoned_runs:  # a run abandoned with a lost lock writes nothing more
+            self._own.check(eid)
         consumes = consumes_of(row)
         if consumes is None and row.step_type in (SIGNAL, WAKE):
             consumes = []
