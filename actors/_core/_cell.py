@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from anyio import BrokenResourceError, ClosedResourceError, EndOfStream, WouldBlock
+from anyio import BrokenResourceError, ClosedResourceError, WouldBlock
 
 from ._actor import Actor, ActorContext
 from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
-from ._mailbox import WAKE_TOKEN, ExitReason, Failable, Mailbox
+from ._mailbox import NOTHING, WAKE_TOKEN, ExitReason, Failable, Mailbox
 from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
@@ -48,29 +48,29 @@ _PRIORITY = {
 
 
 class _LoopTasks:
-    """An actor's tasks on asyncio: plain tasks of the loop, cancelled and waited for by the cell."""
+    """An actor's tasks on asyncio: plain tasks of the loop, cancelled and waited for by the cell.
+    A task leaves the set itself as it ends (:meth:`Cell._task`): no done callback, no turn of the
+    loop for it."""
 
-    __slots__ = ("_loop", "_tasks")
+    __slots__ = ("_loop", "live")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: The tasks started and not yet ended (one cancelled before it ran stays, done).
+        self.live: set[asyncio.Task[None]] = set()
 
-    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: object) -> None:
-        task = self._loop.create_task(fn(*args))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def start(self, coro: Coroutine[Any, Any, None]) -> None:
+        self.live.add(self._loop.create_task(coro))
 
     def cancel(self) -> bool:
-        """Cancel the tasks still running; whether there were any (a finished task leaves the set
-        only in a later turn of the loop)."""
-        running = [task for task in self._tasks if not task.done()]
+        """Cancel the tasks still running; whether there were any."""
+        running = [task for task in self.live if not task.done()]
         for task in running:
             task.cancel()
         return bool(running)
 
     async def wait(self) -> None:
-        while running := [task for task in self._tasks if not task.done()]:
+        while running := [task for task in self.live if not task.done()]:
             await asyncio.wait(running)
 
 
@@ -212,15 +212,26 @@ class Cell:
                 "or it is not running"
             )
         self.running += 1
-        tasks.start_soon(self._task, fn, args)
+        if isinstance(tasks, _LoopTasks):
+            tasks.start(self._task(fn, args, tasks.live))
+        else:
+            tasks.start_soon(self._task, fn, args)
 
-    async def _task(self, fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
+    async def _task(
+        self,
+        fn: Callable[..., Awaitable[object]],
+        args: tuple[object, ...],
+        live: set[asyncio.Task[None]] | None = None,
+    ) -> None:
+        """One task of the actor; on asyncio it leaves ``live`` (its :class:`_LoopTasks`) as it ends."""
         try:
             await fn(*args)
         except Exception as exc:  # a task's failure is the actor's: it crashes as from receive
             _log.warning("actor.task_crash", actor_id=self.id, error=repr(exc))
             self.request(ExitReason.CRASH, error=exc)
         finally:
+            if live is not None and (task := asyncio.current_task()) is not None:
+                live.discard(task)
             self.running -= 1
             if not self.running and self.passivate_when_idle:
                 self._wake()  # the loop looks again whether it can retire the actor
@@ -373,8 +384,7 @@ class Cell:
                 self._close_mailbox(None)
             return request
         if self.passivate_when_idle:
-            stats = self._mailbox.statistics()
-            if stats.current_buffer_used == 0 and stats.tasks_waiting_send == 0 and not self.running:
+            if not self.running and self._mailbox.idle():
                 # Synchronous from the check to the close: no message can slip in between.
                 self._close_mailbox(None)
                 return ExitReason.PASSIVATE
@@ -384,11 +394,8 @@ class Cell:
 
     async def _drain(self) -> None:
         """Handle what is queued now (bounded by the stop deadline on the loop's scope)."""
-        while True:
-            try:
-                item = self._mailbox.receive_nowait()
-            except (WouldBlock, EndOfStream, ClosedResourceError):
-                return
+        take = self._mailbox.take
+        while (item := take()) is not NOTHING:
             if item is not WAKE_TOKEN:
                 await self._handle(item)
 
@@ -422,11 +429,8 @@ class Cell:
         first, self.first = self.first, None
         if isinstance(first, Failable):  # on_start failed before it was handled
             first.fail(ActorStopped(f"{self.id} stopped before handling the message"))
-        while True:
-            try:
-                item = self._mailbox.receive_nowait()
-            except (WouldBlock, EndOfStream, ClosedResourceError):
-                break
+        take = self._mailbox.take
+        while (item := take()) is not NOTHING:
             if isinstance(item, Failable):
                 stopped = ActorStopped(f"{self.id} stopped before handling the message")
                 stopped.__cause__ = cause

@@ -19,7 +19,7 @@ from anyio import ClosedResourceError, EndOfStream, WouldBlock
 
 from ._primitives import new_event, running_asyncio_loop
 
-__all__ = ["WAKE_TOKEN", "ExitReason", "Failable", "Mailbox", "MailboxStatistics"]
+__all__ = ["NOTHING", "WAKE_TOKEN", "ExitReason", "Failable", "Mailbox", "MailboxStatistics"]
 
 
 class ExitReason(enum.Enum):
@@ -63,6 +63,18 @@ class _Wake:
 
 
 WAKE_TOKEN: Final = _Wake()
+
+
+class _Nothing:
+    """What :meth:`Mailbox.take` returns when no message is queued."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING: Final = _Nothing()
 
 
 class MailboxStatistics:
@@ -148,15 +160,25 @@ class Mailbox:
         """Whether a message is queued (``receive`` then returns it at once)."""
         return bool(self._items)
 
+    def idle(self) -> bool:
+        """Whether no message is queued and no sender waits for room."""
+        return not self._items and not self._senders
+
+    def take(self) -> object:
+        """The next queued message, or :data:`NOTHING` (:meth:`receive_nowait` without raising)."""
+        if not self._items:
+            return NOTHING
+        item = self._items.popleft()
+        if self._senders:  # the room goes to the first sender waiting for it
+            waiting = self._senders.popleft()
+            self._items.append(waiting.item)
+            waiting.queued = True
+            waiting.room.set()
+        return item
+
     def receive_nowait(self) -> object:
         if self._items:
-            item = self._items.popleft()
-            if self._senders:  # the room goes to the first sender waiting for it
-                waiting = self._senders.popleft()
-                self._items.append(waiting.item)
-                waiting.queued = True
-                waiting.room.set()
-            return item
+            return self.take()
         if self._closed:
             raise EndOfStream
         raise WouldBlock
@@ -164,10 +186,10 @@ class Mailbox:
     async def receive(self) -> object:
         """The next message, waiting for one (``EndOfStream`` once closed and empty)."""
         while True:
-            try:
-                return self.receive_nowait()
-            except WouldBlock:
-                pass
+            if self._items:
+                return self.take()
+            if self._closed:
+                raise EndOfStream
             # On asyncio a bare future, the cheapest wait there is; elsewhere an anyio event.
             loop = running_asyncio_loop()
             reader = self._reader = new_event() if loop is None else loop.create_future()

@@ -18,6 +18,7 @@ passivates itself (``ActorContext.passivate()``): the next message activates it 
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -382,15 +383,14 @@ class RunActor(Actor):
         self._abandoned = False
         now = self._now = _Activation(LevelMachine(ctx, engine), reply, trace)
         now.entering = entry is not None
-        now.machine.start(lambda: self._work(now, entry, found), self._work_done)
+        work = self._work if uses_sources(self.runner) else self._steps
+        now.machine.start(functools.partial(work, now, entry, found), self._work_done)
 
     async def _work(
         self, now: _Activation, entry: Callable[[], Awaitable[Next | None]] | None, found: Next | None
     ) -> RunResult:
-        """The activation's work, in its task (:meth:`_steps`); its tool sources' connections, if
-        the runner has any, live as long."""
-        if not uses_sources(self.runner):
-            return await self._steps(now, entry, found)
+        """The work of an activation whose runner has tool sources (:meth:`_steps`, in its task):
+        their connections live as long."""
         async with activation_sources(True) as connections:
             now.machine.level.rows.sources = connections
             return await self._steps(now, entry, found)
@@ -412,7 +412,7 @@ class RunActor(Actor):
                 if trace is not None and token is None:
                     token = trace.enter()  # a resumed run's span began in its entry
             assert found is not None
-            outcome = await now.machine.drive(found, lambda: self._stops(now))
+            outcome = await now.machine.drive(found, functools.partial(self._stops, now))
             if outcome is None:
                 if now.stray is not None:
                     raise now.stray
@@ -428,7 +428,8 @@ class RunActor(Actor):
     def _stops(self, now: _Activation) -> bool:
         """Before each step: a run this process lost stops here (``OwnershipLost``, nothing
         written); a cancel or a message the run cannot take stops it."""
-        self._refuse_abandoned()
+        if self._abandoned:
+            self._refuse_abandoned()
         return now.cancel_reason is not None or now.stray is not None
 
     async def _work_done(self, done: WorkDone) -> None:
@@ -441,8 +442,10 @@ class RunActor(Actor):
         try:
             if done.error is not None:
                 raise done.error
-            self._refuse_abandoned()
-            self._refuse_released()
+            if self._abandoned:
+                self._refuse_abandoned()
+            if self._released:
+                self._refuse_released()
             if done.cut:
                 result = await now.machine.level.cancel(now.cancel_reason or "cancelled")
             else:
