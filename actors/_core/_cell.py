@@ -22,7 +22,7 @@ from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import NOTHING, WAKE_TOKEN, ExitReason, Failable, Mailbox
-from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded
+from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded, within
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
@@ -411,9 +411,10 @@ class Cell:
                 await node.shutdown()
         if not started or type(self.actor).on_stop is Actor.on_stop:  # the base hook does nothing
             return
-        with shielded(self.spec.stop_timeout) as bound:
+        deadline = loop_time() + self.spec.stop_timeout
+        with cancel_scope(shield=True) as bound:  # its deadline armed only if on_stop waits
             try:
-                await self.actor.on_stop(self.ctx)
+                await within(bound, deadline, self.actor.on_stop(self.ctx))
             except Exception as exc:
                 _log.error("actor.on_stop_failed", actor_id=self.id, error=repr(exc))
         if bound.cancelled_caught:

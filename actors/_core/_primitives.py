@@ -11,10 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import math
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["cancel_scope", "loop_time", "new_event", "running_asyncio_loop", "shielded"]
+__all__ = [
+    "cancel_scope",
+    "loop_time",
+    "new_event",
+    "running_asyncio_loop",
+    "shielded",
+    "suspending",
+    "within",
+]
+
+T = TypeVar("T")
 
 #: anyio's cancel scope and event classes on asyncio (``None``: none was made on asyncio yet).
 _asyncio_scope: type[anyio.CancelScope] | None = None
@@ -77,3 +90,57 @@ def _asyncio_scope_class() -> type[anyio.CancelScope]:
     if _asyncio_scope is None:
         _asyncio_scope = type(anyio.CancelScope())
     return _asyncio_scope
+
+
+async def suspending(awaitable: Awaitable[T], on_suspend: Callable[[], object]) -> T:
+    """``await awaitable``, calling ``on_suspend()`` as it first suspends (before the loop runs
+    anything else): what only a waiting operation needs (a deadline's timer, a watch) is armed only
+    for one, and an operation that completes without suspending arms nothing.
+
+    Enter any cancel scope it runs in before calling this (so the scopes it opens nest inside)."""
+    if type(awaitable) is not types.CoroutineType:
+        on_suspend()
+        return await awaitable
+    coro: Coroutine[Any, Any, T] = awaitable
+    try:
+        step = coro.send(None)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+    on_suspend()
+    return await _driven(coro, step)
+
+
+async def within(scope: anyio.CancelScope, deadline: float, awaitable: Awaitable[T]) -> T:
+    """``await awaitable`` in the entered ``scope``, whose ``deadline`` is set as the awaitable first
+    suspends: a deadline fires only while it waits, so the bound is the same, and one that completes
+    without suspending arms no timer."""
+    return await suspending(awaitable, lambda: _set_deadline(scope, deadline))
+
+
+def _set_deadline(scope: anyio.CancelScope, deadline: float) -> None:
+    scope.deadline = deadline
+
+
+@types.coroutine
+def _driven(coro: Coroutine[Any, Any, T], step: Any) -> Generator[Any, Any, T]:
+    """Drive ``coro`` on from its first suspension (``step``, what it yielded to the loop): what
+    ``await`` does, every value and exception the loop sends passed on."""
+    while True:
+        try:
+            sent = yield step
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as error:
+            try:
+                step = coro.throw(error)
+            except StopIteration as done:
+                value: T = done.value
+                return value
+        else:
+            try:
+                step = coro.send(sent)
+            except StopIteration as done:
+                value = done.value
+                return value

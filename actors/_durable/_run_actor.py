@@ -38,7 +38,8 @@ from stores import (
     TetherError,
 )
 
-from .._core import Actor, ActorContext, ActorStopped, shielded, tether_logger
+from .._core import Actor, ActorContext, ActorStopped, cancel_scope, loop_time, shielded, tether_logger
+from .._core._primitives import within
 from ..models import Message
 from ._engine import level_of
 from ._errors import held_elsewhere
@@ -544,9 +545,11 @@ class RunActor(Actor):
 
     async def _unlock(self) -> None:
         """Release the run's ownership lock, shielded and bounded (no longer active once done)."""
-        # One shielded scope with a deadline (not a shield plus a move_on_after): bounded, quiet.
-        with shielded(_UNLOCK_TIMEOUT):
-            await self._release()
+        # One shielded scope (not a shield plus a move_on_after): bounded, quiet; its deadline is
+        # armed only if the release waits (a release carried by the run's last row does not).
+        deadline = loop_time() + _UNLOCK_TIMEOUT
+        with cancel_scope(shield=True) as scope:
+            await within(scope, deadline, self._release())
 
     async def _release(self) -> None:
         """Release the run's ownership lock (call shielded and bounded); no longer active once done.
