@@ -21,7 +21,8 @@ import anyio
 
 from stores import RUN_END, Checkpoint, Store, StoreError
 
-from .._core import cancel_scope, running_asyncio_loop, tether_logger
+from .._core import cancel_scope, loop_time, running_asyncio_loop, tether_logger
+from .._core._primitives import suspending
 from ._context import RunStop
 from ._runlog import cancelled_elsewhere
 
@@ -38,15 +39,21 @@ CANCEL_WATCH: Final = 0.5
 class _Call:
     """One tool call in flight: its run's store and row, its stop, its scope and when it began."""
 
-    __slots__ = ("looking", "row", "scope", "since", "stopped", "store")
+    __slots__ = ("armed", "looking", "row", "scope", "since", "stopped", "store", "timer")
 
-    def __init__(self, store: Store, row: Checkpoint, stopped: RunStop, scope: anyio.CancelScope) -> None:
+    def __init__(
+        self, store: Store, row: Checkpoint, stopped: RunStop, scope: anyio.CancelScope, since: float
+    ) -> None:
         self.store = store
         self.row = row
         self.stopped = stopped
         self.scope = scope
-        #: When it began (``anyio.current_time()``; read by the table's task only).
-        self.since = 0.0
+        #: When it began (``anyio.current_time()``).
+        self.since = since
+        #: Whether it is watched for (armed as it first waits: one that does not is never watched).
+        self.armed = False
+        #: The loop's timer that starts its watch (asyncio; ``None``: in the table or not armed).
+        self.timer: asyncio.TimerHandle | None = None
         #: The scope of the task watching the run's rows (``None``: not watched yet).
         self.looking: anyio.CancelScope | None = None
 
@@ -73,39 +80,41 @@ class ToolWatch:
         the run meanwhile: then ``RunCancelled`` (see :func:`~._runlog.cancelled_elsewhere`), whatever
         the call raised or returned."""
         with cancel_scope() as scope:
-            call = _Call(store, row, stopped, scope)
-            timer = self._arm(call)
+            call = _Call(store, row, stopped, scope, loop_time())
             try:
-                outcome = await invoke()
+                # Watched from the call's start, armed as it first waits: a call that completes
+                # without waiting cannot be cancelled meanwhile, so it arms no timer.
+                outcome = await suspending(invoke(), functools.partial(self._arm, call))
             except anyio.get_cancelled_exc_class():
                 raise
             except BaseException:
                 if not stopped.is_set():
                     raise
             finally:
-                if timer is not None:
-                    timer.cancel()
-                else:
-                    del self._calls[call]
+                if call.armed:
+                    if call.timer is not None:
+                        call.timer.cancel()
+                    else:
+                        del self._calls[call]
                 if call.looking is not None:
                     call.looking.cancel()
         if stopped.is_set():
             raise cancelled_elsewhere(row.execution_id)
         return outcome
 
-    def _arm(self, call: _Call) -> asyncio.TimerHandle | None:
+    def _arm(self, call: _Call) -> None:
         """Have ``call`` watched once it has run for :data:`CANCEL_WATCH` seconds: the asyncio
-        loop's timer, or (``None``) the table's task."""
+        loop's timer, or the table's task."""
+        call.armed = True
         loop = self._loop
         if loop is False:
             loop = self._loop = running_asyncio_loop()
         if isinstance(loop, asyncio.AbstractEventLoop):
-            return loop.call_later(CANCEL_WATCH, self._watched, call)
-        call.since = anyio.current_time()
+            call.timer = loop.call_at(call.since + CANCEL_WATCH, self._watched, call)
+            return
         self._calls[call] = None
         if not self._running:
             self._running = self._start(self._delay)
-        return None
 
     def _watched(self, call: _Call) -> None:
         """``call`` has run for :data:`CANCEL_WATCH` seconds: a task watches its run's rows."""
