@@ -6,7 +6,7 @@ models' stream and intake helpers, and the modules whose knobs (timeouts, bounds
 ``monkeypatch`` (named ``<module>_module``). Any name here may change or go in any release.
 """
 
-from actors._core import LazyEvent, tether_logger
+from actors._core import LazyEvent, cancel_scope, loop_time, suspending, tether_logger, within
 from actors._durable import _idempotent as idempotent_module
 from actors._durable import _run_actor as run_actor_module
 from actors._durable import _sweep as sweep_module
@@ -50,17 +50,21 @@ __all__ = [
     "Transcript",
     "bind",
     "bind_run",
+    "cancel_scope",
     "current_context",
     "current_resume",
     "idempotent_module",
     "kicking",
+    "loop_time",
     "module_name",
     "owned",
     "run_actor_module",
+    "suspending",
     "sweep_module",
     "take_in",
     "tether_logger",
     "text_sink",
     "timers_module",
     "tool_watch_module",
+    "within",
 ]

@@ -18,7 +18,15 @@ from ._errors import (
 from ._event import LazyEvent
 from ._log import LOGGER, tether_logger
 from ._mailbox import Failable
-from ._primitives import cancel_scope, loop_time, new_event, running_asyncio_loop, shielded
+from ._primitives import (
+    cancel_scope,
+    loop_time,
+    new_event,
+    running_asyncio_loop,
+    shielded,
+    suspending,
+    within,
+)
 from ._ref import ActorInfo, ActorRef
 from ._runtime import ActorRuntime
 from ._supervision import ChildSpec, Restart, RestartStrategy, Supervision
@@ -48,5 +56,7 @@ __all__ = [
     "new_event",
     "running_asyncio_loop",
     "shielded",
+    "suspending",
     "tether_logger",
+    "within",
 ]

@@ -38,8 +38,16 @@ from stores import (
     TetherError,
 )
 
-from .._core import Actor, ActorContext, ActorStopped, cancel_scope, loop_time, shielded, tether_logger
-from .._core._primitives import within
+from .._core import (
+    Actor,
+    ActorContext,
+    ActorStopped,
+    cancel_scope,
+    loop_time,
+    shielded,
+    tether_logger,
+    within,
+)
 from ..models import Message
 from ._engine import level_of
 from ._errors import held_elsewhere

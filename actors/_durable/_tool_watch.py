@@ -21,8 +21,7 @@ import anyio
 
 from stores import RUN_END, Checkpoint, Store, StoreError
 
-from .._core import cancel_scope, loop_time, running_asyncio_loop, tether_logger
-from .._core._primitives import suspending
+from .._core import cancel_scope, loop_time, running_asyncio_loop, suspending, tether_logger
 from ._context import RunStop
 from ._runlog import cancelled_elsewhere
 

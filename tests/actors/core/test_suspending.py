@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from actors._core._primitives import cancel_scope, loop_time, suspending, within
+from actors.lowlevel import cancel_scope, loop_time, suspending, within
 
 
 async def _at_once() -> int:
