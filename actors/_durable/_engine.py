@@ -51,7 +51,7 @@ from stores import (
 
 from ..models import Message, ToolCall
 from ..models._intake import take_in
-from ..models._stream import SINK
+from ..models._stream import text_sink
 from ..models._types import Transcript
 from ._agent import Agent
 from ._context import RunStop, bind_run, check_owner
@@ -149,8 +149,7 @@ class AgentLevel(Level):
         self.rows.start_at(0)
         await self.begin(messages)
         row = self._turn_row(0)
-        await self.rows.append(row)  # ``_append``, inline (as in ``_run_tool``)
-        self._good = row.state_snapshot["messages"]
+        await self._append(row)
         return TakeTurn(0, row)
 
     async def reenter(self, route: ReentryRoute) -> Next:
@@ -194,25 +193,21 @@ class AgentLevel(Level):
         self._turn = turn
         if row is None:
             row = await append_turn(self, self._turn_row(turn))
-        rows, agent = self.rows, self.agent
-        model, trace = agent.model, rows.trace
-        token = SINK.set(rows.log.text_sink(row))  # ``text_sink``'s block, without its object
-        try:
+        trace = self.rows.trace
+        with text_sink(self.rows.log.text_sink(row)):
             if trace is None:
-                answer = await model.complete(transcript.messages, self._schemas)
+                answer = await self.agent.model.complete(transcript.messages, self._schemas)
             else:
-                answer = await trace.chat(row, model, transcript.messages, self._schemas)
-        finally:
-            SINK.reset(token)
+                answer = await trace.chat(row, self.agent.model, transcript.messages, self._schemas)
         usage = getattr(answer, "usage", None)
         if usage is not None:
-            rows.bill(usage)  # the next row carries it (it was billed)
-        reply = take_in(answer, transcript, model=model, into=transcript)
+            self.rows.bill(usage)  # the next row carries it (it was billed)
+        reply = take_in(answer, transcript, model=self.agent.model, into=transcript)
         if not reply.tool_calls:
-            output = agent.output
+            output = self.agent.output
             if output is None:
                 return Answered(reply.text)
-            value, retry = output.check(reply.text, transcript.messages, agent=agent.name)
+            value, retry = output.check(reply.text, transcript.messages, agent=self.agent.name)
             if retry is None:
                 assert value is not None
                 return Answered(value)
@@ -309,8 +304,7 @@ class AgentLevel(Level):
         )
         if self._unrecorded is not None:
             self._record(row)
-        await self.rows.append(row)  # ``_append``, inline: one coroutine layer less per tool call
-        self._good = row.state_snapshot["messages"]
+        await self._append(row)
         if call.name in self._specials:
             return await self._special(row, call, turn, index, None, after_pause=False)
         transcript.append(await self._call_tool(row, call, None))

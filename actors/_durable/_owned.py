@@ -8,6 +8,8 @@ store's class's (a protocol check costs microseconds, and each tool call asks).
 
 from __future__ import annotations
 
+from typing import cast
+
 from stores import OwnedStore, Store
 
 __all__ = ["owned"]
@@ -24,4 +26,4 @@ def owned(store: Store | None) -> OwnedStore | None:
     found = _OWNED.get(kind)
     if found is None:
         found = _OWNED[kind] = isinstance(store, OwnedStore)
-    return store if found else None  # type: ignore[return-value]  # checked: an OwnedStore
+    return cast("OwnedStore", store) if found else None

@@ -493,23 +493,17 @@ class RunLog:
         except BaseException:
             self._unwritten(row)
             raise
-        # ``_written``, inline: this runs for every row.
-        self.log.committed(row)
-        if self._on_first_row is not None:
-            notify, self._on_first_row = self._on_first_row, None
-            notify()
-        if self._after_row is not None and self._after_row():
+        if self._written(row):
             await anyio.lowlevel.checkpoint()  # the cancel lands here, before the row's step
 
-    def _written(self, row: Checkpoint) -> None:
-        """``row`` was committed: tell the log, the first row's waiter, and ``after_row`` (a marker
-        has no step for its cancel to land before)."""
+    def _written(self, row: Checkpoint) -> bool:
+        """``row`` was committed: tell the log, the first row's waiter, and ``after_row``; whether
+        ``after_row`` cancelled the activation."""
         self.log.committed(row)
         if self._on_first_row is not None:
             notify, self._on_first_row = self._on_first_row, None
             notify()
-        if self._after_row is not None:
-            self._after_row()
+        return self._after_row is not None and self._after_row()
 
     async def claim(self, row: Checkpoint) -> None:
         """Append the ``resume`` row ``row`` and delete the pending row, atomically (``AlreadyResumed``
@@ -574,25 +568,13 @@ class RunLog:
             with shielded(MARKER_TIMEOUT) as scope:
                 await self.store.append(row)
             if scope.cancelled_caught:
-                raise _marker_cut()
+                raise StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")
 
-        failed: StoreUnavailable | None = None
         try:
-            # The first attempt, inline: the common case, without the retry loop's layers.
-            with shielded(MARKER_TIMEOUT) as scope:
-                await self.store.append(row)
-            if scope.cancelled_caught:
-                failed = _marker_cut()
+            await attempt()  # the common case, without the retry loop's layers
         except StoreUnavailable as error:
-            failed = error
+            await self._outlast(attempt, row, error)
         except BaseException:
             self._unwritten(row)
             raise
-        if failed is not None:
-            await self._outlast(attempt, row, failed)
         self._written(row)
-
-
-def _marker_cut() -> StoreUnavailable:
-    """The error of an attempt at the ``run_end`` marker cut short by :data:`MARKER_TIMEOUT`."""
-    return StoreUnavailable(f"writing the run_end marker took over {MARKER_TIMEOUT:g} s")

@@ -116,18 +116,14 @@ class RunRef:
         message this process delivered to the run last, and for a run another live process drives,
         until it rests; then it reads the store.
         """
-        reply = self._reply
-        if reply is None:
+        if self._reply is None:
             return await self._runs.settled(self.execution_id, timeout=timeout)
-        if timeout is None:
-            await reply.done.wait()
-        else:
-            with anyio.fail_after(timeout):
-                await reply.done.wait()
-        if reply.error is not None:
-            raise reply.error
-        assert reply.result is not None
-        return reply.result
+        with anyio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            await self._reply.done.wait()
+        if self._reply.error is not None:
+            raise self._reply.error
+        assert self._reply.result is not None
+        return self._reply.result
 
 
 class Runs:

@@ -31,12 +31,10 @@ async def append_turn(level: Level, row: Checkpoint) -> Checkpoint:
     """Append ``level``'s model turn row ``row``, with the steering messages that wait, if any; the
     row written."""
     try:
-        await level.rows.append(row)  # ``level._append``, inline: one coroutine layer less per turn
+        await level._append(row)
+        return row
     except SignalsWaiting:
         pass
-    else:
-        level._good = row.state_snapshot["messages"]
-        return row
     waiting = await level.store.signals(level.execution_id, name=MESSAGE)
     if not waiting:  # consumed meanwhile by another writer: that writer's row conflicts
         await level._append(row)

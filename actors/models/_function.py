@@ -47,16 +47,12 @@ class FunctionModel:
         result: Any = (
             fn(list(messages), copy.deepcopy(list(tools))) if self._with_tools else fn(list(messages))
         )
+        if not isinstance(result, str | ModelReply) and inspect.isawaitable(result):
+            result = await result
         if isinstance(result, str):
             return ModelReply(text=result)
         if isinstance(result, ModelReply):
             return result
-        if inspect.isawaitable(result):
-            result = await result
-            if isinstance(result, str):
-                return ModelReply(text=result)
-            if isinstance(result, ModelReply):
-                return result
         if inspect.isgenerator(result):
             return self._joined(list(_pieces(result)))
         if inspect.isasyncgen(result):

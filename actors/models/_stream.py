@@ -21,7 +21,7 @@ from typing import Any
 
 from ._errors import ModelError
 
-__all__ = ["SINK", "Assembly", "TextSink", "emit_text", "server_events", "text_sink"]
+__all__ = ["Assembly", "TextSink", "emit_text", "server_events", "text_sink"]
 
 #: Where streamed text goes: ``sink(text, attempt)``.
 TextSink = Callable[[str, int], None]
@@ -29,9 +29,7 @@ TextSink = Callable[[str, int], None]
 #: The data of the event that ends a stream.
 DONE = "[DONE]"
 
-#: The bound sink (:class:`text_sink` binds it for a block; a run sets and resets it around each
-#: model call).
-SINK: ContextVar[TextSink | None] = ContextVar("tether_text_sink", default=None)
+_sink: ContextVar[TextSink | None] = ContextVar("tether_text_sink", default=None)
 
 
 class text_sink:
@@ -48,15 +46,15 @@ class text_sink:
         self._sink = sink
 
     def __enter__(self) -> None:
-        self._token = SINK.set(self._sink)
+        self._token = _sink.set(self._sink)
 
     def __exit__(self, *exc_info: object) -> None:
-        SINK.reset(self._token)
+        _sink.reset(self._token)
 
 
 def emit_text(text: str, attempt: int) -> None:
     """Hand one piece of answer text to the bound sink, if any."""
-    sink = SINK.get()
+    sink = _sink.get()
     if sink is not None and text:
         sink(text, attempt)
 

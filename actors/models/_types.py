@@ -136,8 +136,7 @@ class Transcript:
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = []
         self._dicts: list[dict[str, Any]] = []
-        if messages:
-            self.extend(messages)
+        self.extend(messages)
 
     @classmethod
     def from_dicts(cls, dicts: Iterable[dict[str, Any]]) -> Transcript:
@@ -155,10 +154,8 @@ class Transcript:
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Add messages at the end, in order."""
-        add_message, add_dict = self._messages.append, self._dicts.append
         for message in messages:
-            add_message(message)
-            add_dict(message.to_dict())
+            self.append(message)
 
     @property
     def messages(self) -> list[Message]:
