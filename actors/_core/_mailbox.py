@@ -53,28 +53,22 @@ class Failable:
         raise NotImplementedError
 
 
-class _Wake:
-    """A token that wakes an actor waiting on its mailbox so it reads its control flags."""
+class _Token:
+    """A named marker that is never a message: :data:`WAKE_TOKEN`, :data:`NOTHING`."""
 
-    __slots__ = ()
+    __slots__ = ("_name",)
 
-    def __repr__(self) -> str:
-        return "WAKE"
-
-
-WAKE_TOKEN: Final = _Wake()
-
-
-class _Nothing:
-    """What :meth:`Mailbox.take` returns when no message is queued."""
-
-    __slots__ = ()
+    def __init__(self, name: str) -> None:
+        self._name = name
 
     def __repr__(self) -> str:
-        return "NOTHING"
+        return self._name
 
 
-NOTHING: Final = _Nothing()
+#: Wakes an actor waiting on its mailbox so it reads its control flags.
+WAKE_TOKEN: Final = _Token("WAKE")
+#: What :meth:`Mailbox.take` returns when no message is queued.
+NOTHING: Final = _Token("NOTHING")
 
 
 class MailboxStatistics:

@@ -400,7 +400,7 @@ class RunActor(Actor):
     ) -> RunResult:
         """The work of an activation whose runner has tool sources (:meth:`_steps`, in its task):
         their connections live as long."""
-        async with activation_sources(True) as connections:
+        async with activation_sources() as connections:
             now.machine.level.rows.sources = connections
             return await self._steps(now, entry, found)
 

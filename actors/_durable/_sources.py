@@ -241,12 +241,9 @@ def uses_sources(runner: Any) -> bool:
 
 
 @asynccontextmanager
-async def activation_sources(used: bool) -> AsyncIterator[Connections | None]:
-    """The connections of one activation (``None`` when its runner has no sources): each is
-    opened on first use and all are closed when the activation ends, shielded and bounded."""
-    if not used:
-        yield None
-        return
+async def activation_sources() -> AsyncIterator[Connections]:
+    """The connections of one activation whose runner has sources (:func:`uses_sources`): each
+    is opened on first use and all are closed when the activation ends, shielded and bounded."""
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         connections = Connections(tg)

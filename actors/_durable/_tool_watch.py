@@ -38,7 +38,7 @@ CANCEL_WATCH: Final = 0.5
 class _Call:
     """One tool call in flight: its run's store and row, its stop, its scope and when it began."""
 
-    __slots__ = ("armed", "looking", "row", "scope", "since", "stopped", "store", "timer")
+    __slots__ = ("looking", "row", "scope", "since", "stopped", "store", "timer")
 
     def __init__(
         self, store: Store, row: Checkpoint, stopped: RunStop, scope: anyio.CancelScope, since: float
@@ -49,9 +49,8 @@ class _Call:
         self.scope = scope
         #: When it began (``anyio.current_time()``).
         self.since = since
-        #: Whether it is watched for (armed as it first waits: one that does not is never watched).
-        self.armed = False
-        #: The loop's timer that starts its watch (asyncio; ``None``: in the table or not armed).
+        #: The loop's timer that starts its watch, armed as the call first waits (asyncio; ``None``:
+        #: in the table, or not armed: a call that never waits is never watched).
         self.timer: asyncio.TimerHandle | None = None
         #: The scope of the task watching the run's rows (``None``: not watched yet).
         self.looking: anyio.CancelScope | None = None
@@ -90,11 +89,10 @@ class ToolWatch:
                 if not stopped.is_set():
                     raise
             finally:
-                if call.armed:
-                    if call.timer is not None:
-                        call.timer.cancel()
-                    else:
-                        del self._calls[call]
+                if call.timer is not None:
+                    call.timer.cancel()
+                elif call in self._calls:
+                    del self._calls[call]
                 if call.looking is not None:
                     call.looking.cancel()
         if stopped.is_set():
@@ -104,7 +102,6 @@ class ToolWatch:
     def _arm(self, call: _Call) -> None:
         """Have ``call`` watched once it has run for :data:`CANCEL_WATCH` seconds: the asyncio
         loop's timer, or the table's task."""
-        call.armed = True
         loop = self._loop
         if loop is False:
             loop = self._loop = running_asyncio_loop()
