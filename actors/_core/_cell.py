@@ -73,6 +73,13 @@ class _LoopTasks:
         while running := [task for task in self.live if not task.done()]:
             await asyncio.wait(running)
 
+    def drop_unstarted(self) -> int:
+        """Forget the tasks cancelled before they first ran (done, yet still in ``live``: their
+        coroutine never reached its own bookkeeping); how many there were."""
+        unstarted = [task for task in self.live if task.done()]
+        self.live.difference_update(unstarted)
+        return len(unstarted)
+
 
 class Cell:
     """Runs one actor: its hooks, its mailbox and its place in the supervision tree."""
@@ -353,6 +360,7 @@ class Cell:
             if tasks.cancel():
                 with shielded(self.spec.stop_timeout):
                     await tasks.wait()
+            self.running -= tasks.drop_unstarted()  # else a restart in place could never retire
 
     async def _handle(self, item: object) -> None:
         self.processed += 1

@@ -1,6 +1,7 @@
 """An actor's own tasks (``runs_tasks``, ``ctx.start_task``): the actor takes messages while its
 task works, the task reports back through the mailbox, a passivating actor waits for its tasks, a
-stop cuts them at its bound, and a task's failure crashes the actor. Both anyio backends."""
+stop cuts them at its bound, a task's failure crashes the actor, and a task cut before it ran leaves
+nothing counted that would keep the restarted actor from retiring. Both anyio backends."""
 
 from __future__ import annotations
 
@@ -132,3 +133,28 @@ async def test_a_task_that_raises_crashes_its_actor() -> None:
             while len(starts) < 2:  # noqa: ASYNC110 (no event for a restart)
                 await anyio.sleep(0.005)
     assert starts == [1, 1]
+
+
+class CrashesAfterStarting(Actor):
+    """Starts a task and crashes in the same handler: the task is cancelled before it first runs."""
+
+    runs_tasks = True
+
+    async def receive(self, ctx: ActorContext, message: Any) -> None:
+        if message == "start and crash":
+            ctx.start_task(anyio.sleep_forever)
+            raise RuntimeError("crashed right after starting a task")
+        if message == "retire":
+            ctx.passivate()
+
+
+async def test_a_task_cancelled_before_it_ran_does_not_keep_the_restarted_actor_from_retiring() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ActorSystem() as system:
+            actor = CrashesAfterStarting()
+            ref = await system.start(actor)  # permanent: restarted in place, same ref
+            await ref.send("start and crash")
+            await ref.send("retire")  # taken by the restarted actor
+            with anyio.fail_after(1):
+                while ref.alive:  # noqa: ASYNC110 (no event for an actor's retirement)
+                    await anyio.sleep(0.005)
