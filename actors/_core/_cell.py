@@ -8,9 +8,8 @@ mailbox. A restart re-runs the hooks inside the same task with the same mailbox 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -22,7 +21,7 @@ from ._errors import ActorCrashed, ActorStopped
 from ._event import LazyEvent
 from ._log import tether_logger
 from ._mailbox import NOTHING, WAKE_TOKEN, ExitReason, Failable, Mailbox
-from ._primitives import cancel_scope, loop_time, running_asyncio_loop, shielded, within
+from ._primitives import LoopTasks, cancel_scope, loop_time, running_asyncio_loop, shielded, within
 from ._ref import ActorRef, Ask, current_cell
 from ._supervision import ChildSpec, Restart, SupervisionNode
 
@@ -45,40 +44,6 @@ _PRIORITY = {
     ExitReason.SHUTDOWN: 4,
     ExitReason.CRASH: 0,
 }
-
-
-class _LoopTasks:
-    """An actor's tasks on asyncio: plain tasks of the loop, cancelled and waited for by the cell.
-    A task leaves the set itself as it ends (:meth:`Cell._task`): no done callback, no turn of the
-    loop for it."""
-
-    __slots__ = ("_loop", "live")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        #: The tasks started and not yet ended (one cancelled before it ran stays, done).
-        self.live: set[asyncio.Task[None]] = set()
-
-    def start(self, coro: Coroutine[Any, Any, None]) -> None:
-        self.live.add(self._loop.create_task(coro))
-
-    def cancel(self) -> bool:
-        """Cancel the tasks still running; whether there were any."""
-        running = [task for task in self.live if not task.done()]
-        for task in running:
-            task.cancel()
-        return bool(running)
-
-    async def wait(self) -> None:
-        while running := [task for task in self.live if not task.done()]:
-            await asyncio.wait(running)
-
-    def drop_unstarted(self) -> int:
-        """Forget the tasks cancelled before they first ran (done, yet still in ``live``: their
-        coroutine never reached its own bookkeeping); how many there were."""
-        unstarted = [task for task in self.live if task.done()]
-        self.live.difference_update(unstarted)
-        return len(unstarted)
 
 
 class Cell:
@@ -152,7 +117,7 @@ class Cell:
         self.idle_seen = -1
         self.idle_since = 0.0
         #: Where the tasks of an actor that ``runs_tasks`` run (in its incarnation), and how many do.
-        self.tasks: anyio.abc.TaskGroup | _LoopTasks | None = None
+        self.tasks: anyio.abc.TaskGroup | LoopTasks | None = None
         self.running = 0
 
     # -- requests from other tasks (synchronous: they never wait behind the mailbox) --------------
@@ -219,26 +184,19 @@ class Cell:
                 "or it is not running"
             )
         self.running += 1
-        if isinstance(tasks, _LoopTasks):
-            tasks.start(self._task(fn, args, tasks.live))
+        if isinstance(tasks, LoopTasks):
+            tasks.start(self._task(fn, args))
         else:
             tasks.start_soon(self._task, fn, args)
 
-    async def _task(
-        self,
-        fn: Callable[..., Awaitable[object]],
-        args: tuple[object, ...],
-        live: set[asyncio.Task[None]] | None = None,
-    ) -> None:
-        """One task of the actor; on asyncio it leaves ``live`` (its :class:`_LoopTasks`) as it ends."""
+    async def _task(self, fn: Callable[..., Awaitable[object]], args: tuple[object, ...]) -> None:
+        """One task of the actor."""
         try:
             await fn(*args)
         except Exception as exc:  # a task's failure is the actor's: it crashes as from receive
             _log.warning("actor.task_crash", actor_id=self.id, error=repr(exc))
             self.request(ExitReason.CRASH, error=exc)
         finally:
-            if live is not None and (task := asyncio.current_task()) is not None:
-                live.discard(task)
             self.running -= 1
             if not self.running and self.passivate_when_idle:
                 self._wake()  # the loop looks again whether it can retire the actor
@@ -349,7 +307,7 @@ class Cell:
                 if reason is not ExitReason.SHUTDOWN:
                     group.cancel_scope.cancel()
             return reason
-        tasks = self.tasks = _LoopTasks(loop)
+        tasks = self.tasks = LoopTasks(loop)
         try:
             reason = await self._loop()
             if reason is ExitReason.SHUTDOWN:
@@ -360,7 +318,6 @@ class Cell:
             if tasks.cancel():
                 with shielded(self.spec.stop_timeout):
                     await tasks.wait()
-            self.running -= tasks.drop_unstarted()  # else a restart in place could never retire
 
     async def _handle(self, item: object) -> None:
         self.processed += 1

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 
 __all__ = [
+    "LoopTasks",
     "cancel_scope",
     "loop_time",
     "new_event",
@@ -144,3 +145,55 @@ def _driven(coro: Coroutine[Any, Any, T], step: Any) -> Generator[Any, Any, T]:
             except StopIteration as done:
                 value = done.value
                 return value
+
+
+class LoopTasks:
+    """Tasks on asyncio as plain tasks of the loop, where an anyio task group costs several times as
+    much per task (its task handle, wrapper coroutine and done callback, and a turn of the loop).
+
+    Each task runs in a cancel scope of its own, made when it is started: :meth:`cancel` cancels
+    the scopes, so a task cut before it ran still starts and meets the cut at its first checkpoint
+    (its own ``finally`` runs), and shielded clean-up holds, as in a task group (a native
+    ``Task.cancel()`` would cut through anyio's shields). A task leaves :attr:`live` itself as it
+    ends: no done callback. An exception a task lets out goes to ``failed`` (default: logged by
+    asyncio as never retrieved).
+    """
+
+    __slots__ = ("_failed", "_loop", "live")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, failed: Callable[[Exception], object] | None = None
+    ) -> None:
+        self._loop = loop
+        self._failed = failed
+        #: The tasks started and not yet ended, each with its cancel scope.
+        self.live: dict[asyncio.Task[None], anyio.CancelScope] = {}
+
+    def start(self, coro: Coroutine[Any, Any, object]) -> None:
+        scope = (_asyncio_scope or _asyncio_scope_class())()
+        self.live[self._loop.create_task(self._scoped(scope, coro))] = scope
+
+    async def _scoped(self, scope: anyio.CancelScope, coro: Coroutine[Any, Any, object]) -> None:
+        try:
+            with scope:
+                await coro
+        except Exception as error:
+            if self._failed is None:
+                raise
+            self._failed(error)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self.live.pop(task, None)
+
+    def cancel(self) -> bool:
+        """Cancel the tasks still running (their scopes); whether there were any."""
+        for scope in self.live.values():
+            scope.cancel()
+        return bool(self.live)
+
+    async def wait(self) -> None:
+        """Until every task has ended (as long as they take: call it after :meth:`cancel`, whose
+        cut leaves only bounded clean-up, or where the tasks end of themselves)."""
+        while running := [task for task in self.live if not task.done()]:
+            await asyncio.wait(running)

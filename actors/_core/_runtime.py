@@ -1,9 +1,11 @@
 """``ActorRuntime``: the task group, the root of the supervision tree, the registry and shutdown.
 
-Every actor task lives in the runtime's one task group (the supervision tree is logical, so a start
-costs one task and no nested task group). Leaving the runtime stops the actors (children first,
-``on_stop`` shielded and time-bounded), then cancels whatever is left; it does the same when its
-block is cancelled or when a failure escalates to the root.
+Every actor task belongs to the runtime (the supervision tree is logical, so a start costs one task
+and no nested task group): on asyncio a plain task of the loop in a cancel scope of its own
+(:class:`LoopTasks`), elsewhere a task of the runtime's task group. Leaving the runtime stops the
+actors (children first, ``on_stop`` shielded and time-bounded), then cancels whatever is left; when
+its block is cancelled it cancels them first, and a failure that escalates to the root stops them
+and fails the block.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ._cell import Cell
 from ._deadlines import AskDeadlines
 from ._errors import ActorCrashed, ActorStopped, RestartIntensityExceeded
 from ._log import tether_logger
+from ._primitives import LoopTasks, running_asyncio_loop
 from ._registry import Registry
 from ._supervision import ChildSpec, Supervision, SupervisionNode
 
@@ -50,6 +53,8 @@ class ActorRuntime:
         self.escalations: list[RestartIntensityExceeded] = []
         self.shutdown_timeout = shutdown_timeout
         self._tg: TaskGroup | None = None
+        #: Where the actors' tasks run on asyncio (else in ``_tg``).
+        self._actor_tasks: LoopTasks | None = None
         self._cells: set[Cell] = set()
         self._idle: set[Cell] = set()
         self._sweeper: anyio.CancelScope | None = None
@@ -70,6 +75,9 @@ class ActorRuntime:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        loop = running_asyncio_loop()
+        if loop is not None:
+            self._actor_tasks = LoopTasks(loop, failed=self._actor_task_failed)
         self.deadlines.attach(tg)
         return self
 
@@ -81,9 +89,19 @@ class ActorRuntime:
     ) -> bool | None:
         tg = self._tg
         assert tg is not None, "the runtime was not entered"
+        tasks = self._actor_tasks
+        if (
+            tasks is not None
+            and exc_type is not None
+            and issubclass(exc_type, anyio.get_cancelled_exc_class())
+        ):
+            tasks.cancel()  # the block was cancelled: so are the actors, as in a task group
         with anyio.CancelScope(shield=True):
             await self._stop_all()
         tg.cancel_scope.cancel()  # what outlived the graceful stop; clean-ups stay shielded
+        if tasks is not None and tasks.cancel():
+            with anyio.CancelScope(shield=True):
+                await tasks.wait()  # what is left runs only shielded, time-bounded clean-up
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
@@ -112,6 +130,12 @@ class ActorRuntime:
             return False
         self._tg.start_soon(fn)
         return True
+
+    def _actor_task_failed(self, error: Exception) -> None:
+        """An actor's task let an exception out (``Cell.run`` lets out none but a cancel): the
+        block fails with it, as through a task group."""
+        if self._tg is not None:
+            self._tg.start_soon(_raise, error)
 
     def escalate(self, error: RestartIntensityExceeded) -> None:
         """A failure reached the root: report it and shut the system down (the block raises it)."""
@@ -167,7 +191,11 @@ class ActorRuntime:
         self._cells.add(cell)
         if spec.idle_timeout is not None:
             self._watch_idle(cell, spec.idle_timeout)
-        tg.start_soon(cell.run)
+        tasks = self._actor_tasks
+        if tasks is not None:
+            tasks.start(cell.run())
+        else:
+            tg.start_soon(cell.run)
         return cell
 
     def cell_exited(self, cell: Cell) -> None:
@@ -225,3 +253,7 @@ class ActorRuntime:
                     elif now - cell.idle_since >= (cell.spec.idle_timeout or 0.0):
                         self._idle.discard(cell)
                         cell.passivate()
+
+
+async def _raise(error: Exception) -> None:
+    raise error

@@ -124,3 +124,20 @@ def test_works_from_plain_asyncio_run() -> None:
                 return await ref.ask("hello", timeout=1)
 
     assert asyncio.run(main()) == "hello"
+
+
+@pytest.mark.anyio
+async def test_cancelling_the_block_cuts_a_busy_handler_at_once_not_at_its_stop_timeout() -> None:
+    stops: list[str] = []
+    with anyio.fail_after(15):
+        with anyio.CancelScope() as scope:
+            async with ActorSystem() as system:
+                ref = await system.start(Sleeper(stops, busy=True), stop_timeout=10)
+                ref.send_nowait("work")
+                await anyio.sleep(0.01)  # the handler is stuck
+                started = time.perf_counter()
+                scope.cancel()
+                await anyio.sleep(30)
+        elapsed = time.perf_counter() - started
+    assert elapsed < 2.0, elapsed
+    assert len(stops) == 1  # its on_stop still ran

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorContext, ActorSystem
+from actors import Actor, ActorContext, ActorSystem, Restart
 
 pytestmark = pytest.mark.anyio
 
@@ -158,3 +158,39 @@ async def test_a_task_cancelled_before_it_ran_does_not_keep_the_restarted_actor_
             with anyio.fail_after(1):
                 while ref.alive:  # noqa: ASYNC110 (no event for an actor's retirement)
                     await anyio.sleep(0.005)
+
+
+class CleansUpShielded(Actor):
+    """A task whose clean-up is shielded; the actor crashes while the task is inside it."""
+
+    runs_tasks = True
+
+    def __init__(self) -> None:
+        self.inside = anyio.Event()
+        self.cleaned = False
+
+    async def receive(self, ctx: ActorContext, message: Any) -> None:
+        if message == "work":
+            ctx.start_task(self._work)
+        elif message == "crash":
+            raise RuntimeError("crashed while its task cleans up")
+
+    async def _work(self) -> None:
+        with anyio.CancelScope(shield=True):
+            self.inside.set()
+            await anyio.sleep(0.1)
+            self.cleaned = True
+
+
+async def test_cancelling_the_tasks_of_an_ended_actor_spares_their_shielded_clean_up() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ActorSystem() as system:
+            actor = CleansUpShielded()
+            ref = await system.start(actor, restart=Restart.TEMPORARY)
+            await ref.send("work")
+            await actor.inside.wait()
+            await ref.send("crash")
+            with anyio.fail_after(1):
+                while ref.alive:  # noqa: ASYNC110 (no event for an actor's exit)
+                    await anyio.sleep(0.005)
+            assert actor.cleaned
