@@ -22,6 +22,10 @@ under it (``--tiny``: tether alone, 2 runs). ``--spawns`` counts step_path's spa
 tether runs in batches of 64 (``--runs`` 128 unless given, a multiple of 64), started by awaited
 ``spawn`` calls one after another or all at once, each child's warm-up one batch.
 
+``--against REV --cpu`` measures the same A/B as process CPU instead (user and system time of each
+child, every thread, as the kernel accounts it, without valgrind): what the target names, on a
+machine whose load moves it; ``--rounds`` rounds (5) interleave the trees, and it prints medians.
+
 ``--against REV`` is the A/B of two trees: this tree's tether and the tree at git revision ``REV``
 (extracted with ``git archive`` into a temporary folder, its own benchmark's child run there) are
 counted side by side, half the runs one after another (``--runs``) and half 64 at a time (spawned
@@ -36,6 +40,7 @@ import contextlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +61,7 @@ from benchmarks.step_path import (
 )
 from stores import Checkpoint, PostgresStore, Store
 
-__all__ = ["BACKENDS", "CONTENDERS", "against", "instructions_per_run", "main"]
+__all__ = ["BACKENDS", "CONTENDERS", "against", "against_cpu", "instructions_per_run", "main"]
 
 CONTENDERS = ("raw", "store", "tether")
 #: ``--spawns``: tether runs started in batches by awaited spawn calls, or by spawns all at once.
@@ -130,6 +135,13 @@ async def _child(name: str, backend: str, runs: int, verified: int, batch: int) 
             await contender.close()
 
 
+def _child_command(name: str, backend: str, runs: int, verified: int, batch: int) -> list[str]:
+    """The command of a child doing the warm-up and ``runs`` runs of ``name``, checking ``verified``."""
+    command = [sys.executable, "-m", "benchmarks.instructions", "--child", name, "--backend", backend]
+    command.extend(("--runs", str(runs), "--verified", str(verified), "--batch", str(batch)))
+    return command
+
+
 def _count(name: str, backend: str, runs: int, verified: int, batch: int, tree: Path | None = None) -> int:
     """Instructions of one child doing the warm-up and ``runs`` runs of ``name`` on ``backend``,
     checking ``verified``; with ``tree``, the child is that tree's benchmark, run in it."""
@@ -138,19 +150,7 @@ def _count(name: str, backend: str, runs: int, verified: int, batch: int, tree: 
             "valgrind",
             "--tool=callgrind",
             "--callgrind-out-file=/dev/null",
-            sys.executable,
-            "-m",
-            "benchmarks.instructions",
-            "--child",
-            name,
-            "--backend",
-            backend,
-            "--runs",
-            str(runs),
-            "--verified",
-            str(verified),
-            "--batch",
-            str(batch),
+            *_child_command(name, backend, runs, verified, batch),
         ],
         capture_output=True,
         text=True,
@@ -177,6 +177,46 @@ def instructions_per_run(
         more = pool.submit(_count, name, backend, 2 * runs, runs, batch, tree)
         fewer = pool.submit(_count, name, backend, runs, runs, batch, tree)
         return (more.result() - fewer.result()) / runs
+
+
+def _cpu_seconds(name: str, backend: str, runs: int, batch: int, tree: Path | None) -> float:
+    """Process CPU (user + system, every thread) of one child doing the warm-up and ``runs`` runs."""
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(
+            _child_command(name, backend, runs, min(runs, RUNS), batch),
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=tree,
+            env=None if tree is None else {**os.environ, "PYTHONPATH": str(tree)},
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{name} failed ({child.returncode}):\n{tail}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def against_cpu(
+    revision: str, runs: int, backend: str, rounds: int, batch: int = BATCH
+) -> dict[str, tuple[float, float]]:
+    """Per mode, (this tree's, ``revision``'s) median process CPU seconds per tether run over
+    ``rounds`` interleaved rounds, each ``(CPU with 2 * runs - CPU with runs) / runs``."""
+    samples: dict[str, tuple[list[float], list[float]]] = {mode: ([], []) for mode, _ in AB_MODES}
+    with other_tree(revision) as tree:
+        _compile(None)
+        _compile(tree)
+        for _ in range(rounds):
+            for mode, name in AB_MODES:
+                mode_runs = runs if name == "tether" else max(batch, runs - runs % batch)
+                for side, where in zip(samples[mode], (None, tree), strict=True):
+                    fewer = _cpu_seconds(name, backend, mode_runs, batch, where)
+                    more = _cpu_seconds(name, backend, 2 * mode_runs, batch, where)
+                    side.append((more - fewer) / mode_runs)
+    return {
+        mode: (statistics.median(ours), statistics.median(theirs)) for mode, (ours, theirs) in samples.items()
+    }
 
 
 def _compile(tree: Path | None) -> None:
@@ -261,22 +301,36 @@ def against(revision: str, runs: int, backend: str, batch: int = BATCH) -> dict[
     return counts
 
 
-def report_against(counts: dict[str, tuple[float, float]], revision: str, backend: str = "sqlite") -> None:
-    print(f"instructions per tether run under callgrind, {_LABELS[backend]}: this tree against {revision}")
+def report_against(
+    counts: dict[str, tuple[float, float]], revision: str, backend: str = "sqlite", rounds: int = 0
+) -> None:
+    """Print the A/B: instructions per run, or (``rounds``: from :func:`against_cpu`) process CPU."""
+    if rounds:
+        what, figure = "process CPU (user + system, ms)", "{:>14,.3f}"
+        print(
+            f"process CPU per tether run, medians of {rounds} rounds, {_LABELS[backend]}: this tree against {revision}"
+        )
+        counts = {mode: (ours * 1000, theirs * 1000) for mode, (ours, theirs) in counts.items()}
+    else:
+        what, figure = "instructions", "{:>14,.0f}"
+        print(
+            f"instructions per tether run under callgrind, {_LABELS[backend]}: this tree against {revision}"
+        )
     header = f"{'mode':<20}{'this tree':>14}{revision[:12]:>14}{'ratio':>8}"
     print(header)
     print("-" * len(header))
     for mode, (ours, theirs) in counts.items():
-        print(f"{mode:<20}{ours:>14,.0f}{theirs:>14,.0f}{ours / theirs:>7.2f}x")
+        print(f"{mode:<20}{figure.format(ours)}{figure.format(theirs)}{ours / theirs:>7.2f}x")
     ours_total = sum(ours for ours, _ in counts.values())
     theirs_total = sum(theirs for _, theirs in counts.values())
     ratio = ours_total / theirs_total
+    halves = len(counts)
     print(
-        f"{'both halves':<20}{ours_total / len(counts):>14,.0f}{theirs_total / len(counts):>14,.0f}{ratio:>7.2f}x"
+        f"{'both halves':<20}{figure.format(ours_total / halves)}{figure.format(theirs_total / halves)}{ratio:>7.2f}x"
     )
     target = AB_TARGETS[backend]
     verdict = "PASS" if ratio <= target else "MISS"
-    print(f"target: this tree at most {target:.1f}x the instructions per run of {revision}: {verdict}")
+    print(f"target: this tree at most {target:.1f}x the {what} per run of {revision}: {verdict}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,12 +340,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spawns", action="store_true", help="awaited spawns against spawns at once")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (tether, 2 runs)")
     parser.add_argument("--against", metavar="REV", help="A/B: this tree against the tree at git REV")
+    parser.add_argument("--cpu", action="store_true", help="--against as process CPU, without valgrind")
+    parser.add_argument("--rounds", type=int, default=5, help="--cpu: interleaved rounds (5)")
     parser.add_argument("--child", choices=CONTENDERS + SPAWNS, help=argparse.SUPPRESS)
     parser.add_argument("--verified", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=BATCH, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         asyncio.run(_child(args.child, args.backend, args.runs or RUNS, args.verified, args.batch))
+        return
+    if args.against is not None and args.cpu:
+        batch = 4 if args.tiny else BATCH
+        runs = batch if args.tiny else (args.runs or RUNS)
+        rounds = 1 if args.tiny else args.rounds
+        report_against(
+            against_cpu(args.against, runs, args.backend, rounds, batch), args.against, args.backend, rounds
+        )
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.instructions needs valgrind on PATH (Debian: apt-get install valgrind)")

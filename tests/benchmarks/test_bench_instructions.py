@@ -121,3 +121,30 @@ def test_instructions_against_an_unknown_revision_names_it() -> None:
     with pytest.raises(SystemExit, match="--against no-such-revision: git archive failed"):
         with other_tree("no-such-revision"):
             pass
+
+
+def test_instructions_against_cpu_tiny() -> None:
+    """``--against REV --cpu``: process CPU of both trees' children, without valgrind."""
+    out = run_benchmark("instructions", "--against", "HEAD", "--cpu", "--tiny", timeout=600)
+    assert out.startswith("process CPU per tether run, medians of 1 rounds, SQLite"), out
+    assert re.search(r"^both halves\s+-?[\d,]+\.\d{3}\s+-?[\d,]+\.\d{3}\s+-?[\d.]+x$", out, re.MULTILINE), out
+    assert "the process CPU (user + system, ms) per run of HEAD:" in out, out
+
+
+def test_instructions_against_cpu_report() -> None:
+    """The ``--cpu`` report prints milliseconds from seconds, and the same ratios and verdict."""
+    from benchmarks.instructions import report_against
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        report_against(
+            {"one after another": (0.0012, 0.0015), "64 at a time": (0.0008, 0.0010)}, "6f0b2a1", rounds=5
+        )
+    out = buffer.getvalue()
+    assert out.startswith(
+        "process CPU per tether run, medians of 5 rounds, SQLite (WAL, synchronous=FULL)"
+    ), out
+    assert re.search(r"^one after another\s+1\.200\s+1\.500\s+0\.80x$", out, re.MULTILINE), out
+    assert out.rstrip().endswith(
+        "at most 0.6x the process CPU (user + system, ms) per run of 6f0b2a1: MISS"
+    ), out
