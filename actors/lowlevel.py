@@ -6,7 +6,7 @@ models' stream and intake helpers, and the modules whose knobs (timeouts, bounds
 ``monkeypatch`` (named ``<module>_module``). Any name here may change or go in any release.
 """
 
-from actors._core import LazyEvent, cancel_scope, loop_time, suspending, tether_logger, within
+from actors._core import LazyEvent, LoopTasks, cancel_scope, loop_time, suspending, tether_logger, within
 from actors._durable import _idempotent as idempotent_module
 from actors._durable import _run_actor as run_actor_module
 from actors._durable import _sweep as sweep_module
@@ -32,6 +32,7 @@ __all__ = [
     "KickingOwnedStore",
     "KickingStore",
     "LazyEvent",
+    "LoopTasks",
     "PauseSignal",
     "Reply",
     "Request",

@@ -19,6 +19,7 @@ from ._event import LazyEvent
 from ._log import LOGGER, tether_logger
 from ._mailbox import Failable
 from ._primitives import (
+    LoopTasks,
     cancel_scope,
     loop_time,
     new_event,
@@ -45,6 +46,7 @@ __all__ = [
     "ChildSpec",
     "Failable",
     "LazyEvent",
+    "LoopTasks",
     "MailboxFull",
     "Restart",
     "RestartIntensityExceeded",
