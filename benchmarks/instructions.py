@@ -179,6 +179,11 @@ def instructions_per_run(
         return (more.result() - fewer.result()) / runs
 
 
+def _mode_runs(name: str, runs: int, batch: int) -> int:
+    """The runs an A/B half counts: ``runs`` one after another, whole batches 64 at a time."""
+    return runs if name == "tether" else max(batch, runs - runs % batch)
+
+
 def _cpu_seconds(name: str, backend: str, runs: int, batch: int, tree: Path | None) -> float:
     """Process CPU (user + system, every thread) of one child doing the warm-up and ``runs`` runs."""
     with tempfile.TemporaryFile() as errors:
@@ -209,7 +214,7 @@ def against_cpu(
         _compile(tree)
         for _ in range(rounds):
             for mode, name in AB_MODES:
-                mode_runs = runs if name == "tether" else max(batch, runs - runs % batch)
+                mode_runs = _mode_runs(name, runs, batch)
                 for side, where in zip(samples[mode], (None, tree), strict=True):
                     fewer = _cpu_seconds(name, backend, mode_runs, batch, where)
                     more = _cpu_seconds(name, backend, 2 * mode_runs, batch, where)
@@ -294,7 +299,7 @@ def against(revision: str, runs: int, backend: str, batch: int = BATCH) -> dict[
     counts: dict[str, tuple[float, float]] = {}
     with other_tree(revision) as tree:
         for mode, name in AB_MODES:
-            mode_runs = runs if name == "tether" else max(batch, runs - runs % batch)
+            mode_runs = _mode_runs(name, runs, batch)
             ours = instructions_per_run(name, mode_runs, backend, batch)
             theirs = instructions_per_run(name, mode_runs, backend, batch, tree)
             counts[mode] = (ours, theirs)

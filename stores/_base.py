@@ -197,8 +197,7 @@ class BaseStore(BaseOwnedStore, abc.ABC):
         A continuing run's log not in memory is loaded by the backend's ``recall`` before the plan.
         """
         eid = row.execution_id
-        if eid in self._own.abandoned_runs:  # a run abandoned with a lost lock writes nothing more
-            self._own.check(eid)
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         logs, recall = self._logs, self._recall
         try:
             for _ in range(REPLAN_BUDGET):

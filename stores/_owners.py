@@ -47,10 +47,10 @@ class Ownership:
     """
 
     __slots__ = (
+        "_abandoned",
         "_listeners",
         "_lost",
         "_store",
-        "abandoned_runs",
         "handed",
         "held",
         "owner",
@@ -71,8 +71,7 @@ class Ownership:
         #: go on with (its take is then written already)
         self.handed: set[str] = set()
         self._lost: set[str] = set()  # owner ids whose lock was lost
-        #: runs lost with their owner id's lock: nothing more is written for them
-        self.abandoned_runs: set[str] = set()
+        self._abandoned: set[str] = set()
         self._listeners: list[Listener] = []
 
     def begin(self, execution_id: str) -> bool:
@@ -92,7 +91,7 @@ class Ownership:
         """Forget the run; the owner id whose ``run_owners`` row may be deleted, or ``None`` when the
         run was abandoned (its row stays for whoever takes it over) or not held here."""
         owner = self.held.pop(execution_id, None)
-        self.abandoned_runs.discard(execution_id)
+        self._abandoned.discard(execution_id)
         self.handed.discard(execution_id)
         if execution_id in self.unrecorded:
             self.unrecorded.discard(execution_id)
@@ -110,18 +109,6 @@ class Ownership:
         if release is not None and done and execution_id in self.held:
             self.unrecorded.add(execution_id)
 
-    def rides(self, execution_id: str, resting: bool) -> tuple[str | None, str | None] | None:
-        """What the run's write carries of its ownership (see :meth:`carrying`): ``(take,
-        release)``, or ``None`` for nothing (a backend's plain write then needs no :meth:`carry`)."""
-        owner = self.held.get(execution_id)
-        if owner is None or owner in self._lost:
-            return None
-        if resting:
-            return (owner if execution_id in self.unrecorded else None), owner
-        if execution_id in self.unrecorded:
-            return owner, None
-        return None
-
     def carrying(
         self, execution_id: str, resting: bool, write: Callable[[str | None, str | None], Awaitable[T]]
     ) -> Awaitable[T]:
@@ -134,20 +121,23 @@ class Ownership:
 
         It carries the take while the run is held here without its row (:attr:`unrecorded`), the
         release when the row rests the run; nothing for a run not held here, or abandoned."""
-        carried = self.rides(execution_id, resting)
-        if carried is None:
+        owner = self.held.get(execution_id)
+        if owner is None or owner in self._lost:
             return write(None, None)
-        return self.carry(execution_id, carried, write)
+        take = owner if execution_id in self.unrecorded else None
+        release = owner if resting else None
+        if take is None and release is None:
+            return write(None, None)
+        return self._carried(execution_id, take, release, write)
 
-    async def carry(
+    async def _carried(
         self,
         execution_id: str,
-        carried: tuple[str | None, str | None],
+        take: str | None,
+        release: str | None,
         write: Callable[[str | None, str | None], Awaitable[T]],
     ) -> T:
-        """``write(take, release)`` of a write that takes or releases the run (``carried``, from
-        :meth:`rides`): its outcome is recorded."""
-        take, release = carried
+        """:meth:`carrying` of a write that takes or releases the run: its outcome is recorded."""
         done = False
         try:
             value = await write(take, release)
@@ -158,11 +148,11 @@ class Ownership:
 
     def abandoned(self, execution_id: str) -> bool:
         """Whether this store lost the run with its lock."""
-        return execution_id in self.abandoned_runs
+        return execution_id in self._abandoned
 
     def check(self, execution_id: str) -> None:
         """Refuse anything more for a run this store abandoned (``OwnershipLost``)."""
-        if execution_id in self.abandoned_runs:
+        if execution_id in self._abandoned:
             raise abandoned_run(execution_id, self._store)
 
     def on_lost(self, listener: Listener) -> None:
@@ -179,7 +169,7 @@ class Ownership:
         if owner == self.owner:
             self.owner = new_id()
         runs = sorted(eid for eid, held_by in self.held.items() if held_by == owner)
-        self.abandoned_runs.update(runs)
+        self._abandoned.update(runs)
         LOGGER.error(
             "%r lost its liveness lock (%s): abandoning %d run(s) it owned without writing: %s",
             self._store,
@@ -196,7 +186,7 @@ class Ownership:
 
     def abandon_taken(self, execution_id: str) -> None:
         """A run taken under an owner id whose lock went while the take was written: abandoned."""
-        self.abandoned_runs.add(execution_id)
+        self._abandoned.add(execution_id)
 
     def is_lost(self, owner: str) -> bool:
         """Whether ``owner``'s lock was lost."""
@@ -351,8 +341,7 @@ class BaseOwnedStore:
         """Release the run's ownership if this store holds it. A run that rests is no one's; a run
         left mid-step (or written and not driven: enqueued, claimed) is handed to the fleet, for any
         sweep to take. An abandoned run's row stays as it is, for whoever takes it over."""
-        if type(execution_id) is not str or execution_id not in self._own.held:  # held: valid
-            check_execution_id(execution_id)
+        check_execution_id(execution_id)
         owner = self._own.release(execution_id)
         if owner is not None:
             await self._owner_rows.release_row(execution_id, owner)

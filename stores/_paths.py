@@ -65,10 +65,7 @@ def is_segment_name(name: object) -> bool:
 
 def child_path(parent: str | None, kind: str, name: str) -> str:
     """``parent`` extended by the segment ``<kind>:<name>`` (``parent`` ``None`` or ``""``: a root)."""
-    if kind in PATH_KINDS and type(name) is str and name and "/" not in name:  # _segment's check, inline
-        segment = f"{kind}:{name}"
-    else:
-        segment = _segment(kind, name)
+    segment = _segment(kind, name)
     return f"{parent}/{segment}" if parent else segment
 
 
@@ -108,17 +105,17 @@ def conversation_of(agent_path: str | None) -> str:
 
 def turn_node(turn: int) -> str:
     """The ``node_id`` of model call ``turn``."""
-    return f"turn:{turn if type(turn) is int and turn >= 0 else _number(turn)}"
+    return f"turn:{_number(turn)}"
 
 
 def tool_node(turn: int, tool: str) -> str:
     """The ``node_id`` of ``tool`` called in ``turn``."""
-    return f"turn:{turn if type(turn) is int and turn >= 0 else _number(turn)}/{_segment(_TOOL, tool)}"
+    return f"turn:{_number(turn)}/{_segment(_TOOL, tool)}"
 
 
 def handoff_node(hop: int) -> str:
     """The ``node_id`` of a Swarm's hop number ``hop``."""
-    return f"handoff:{hop if type(hop) is int and hop >= 0 else _number(hop)}"
+    return f"handoff:{_number(hop)}"
 
 
 def parse_node_id(node_id: str) -> NodeId:

@@ -437,8 +437,7 @@ class RunActor(Actor):
     def _stops(self, now: _Activation) -> bool:
         """Before each step: a run this process lost stops here (``OwnershipLost``, nothing
         written); a cancel or a message the run cannot take stops it."""
-        if self._abandoned:
-            self._refuse_abandoned()
+        self._refuse_abandoned()
         return now.cancel_reason is not None or now.stray is not None
 
     async def _work_done(self, done: WorkDone) -> None:
@@ -451,10 +450,8 @@ class RunActor(Actor):
         try:
             if done.error is not None:
                 raise done.error
-            if self._abandoned:
-                self._refuse_abandoned()
-            if self._released:
-                self._refuse_released()
+            self._refuse_abandoned()
+            self._refuse_released()
             if done.cut:
                 result = await now.machine.level.cancel(now.cancel_reason or "cancelled")
             else:

@@ -52,8 +52,7 @@ class Appends:
     async def append(self, row: Checkpoint) -> None:
         """Append ``row``; a ``run_end`` also deletes the pending row (group commit, see the module)."""
         eid = row.execution_id
-        if eid in self._own.abandoned_runs:  # a run abandoned with a lost lock writes nothing more
-            self._own.check(eid)
+        self._own.check(eid)  # a run abandoned with a lost lock writes nothing more
         consumes = consumes_of(row)
         if consumes is None and row.step_type in (SIGNAL, WAKE):
             consumes = []
@@ -67,11 +66,7 @@ class Appends:
                     lambda via: self._write_planned("append_consume", row, None, (consumes,), via=via),
                 ),
             )
-        carried = self._own.rides(eid, row.step_type == RUN_END)
-        if carried is None:  # the common case, without _append_owned's frame
-            await self._append(row, NO_OWNERSHIP)
-        else:
-            await self._own.carry(eid, carried, functools.partial(self._append_owned, row))
+        await self._own.carrying(eid, row.step_type == RUN_END, functools.partial(self._append_owned, row))
 
     def _append_owned(self, row: Checkpoint, take: str | None, release: str | None) -> Awaitable[None]:
         """Append ``row`` carrying the run's ``take`` and ``release`` (group commit when its statement

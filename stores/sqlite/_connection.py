@@ -37,7 +37,6 @@ __all__ = [
     "SYNCHRONOUS",
     "DatabaseThread",
     "connect",
-    "execute_again",
     "execute_busy",
     "fault_of",
     "integrity_problems",
@@ -95,16 +94,11 @@ def execute_busy(conn: sqlite3.Connection, sql: str, patience: float) -> None:
     try:
         conn.execute(sql)
     except sqlite3.OperationalError as exc:
-        execute_again(conn, sql, exc, start + patience)
-
-
-def execute_again(conn: sqlite3.Connection, sql: str, exc: sqlite3.OperationalError, deadline: float) -> None:
-    """After ``conn.execute(sql)`` failed with ``exc`` (the first attempt of :func:`execute_busy`,
-    or of a caller that inlines it): retry while SQLite is busy until ``deadline``, else raise ``exc``."""
-    if not is_busy(exc) or time.monotonic() >= deadline:
-        raise exc
-    time.sleep(0.001)
-    retry_busy(lambda: conn.execute(sql), deadline, 0.002)
+        deadline = start + patience
+        if not is_busy(exc) or time.monotonic() >= deadline:
+            raise
+        time.sleep(0.001)
+        retry_busy(lambda: conn.execute(sql), deadline, 0.002)
 
 
 def _create_private(path: str) -> None:

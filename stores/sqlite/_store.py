@@ -211,12 +211,7 @@ class SQLiteStore(BaseStore):
         """Append ``row`` at its ``seq`` (see :meth:`Store.append`)."""
         if self._state is not StoreState.READY:
             await self._ensure()
-        eid = row.execution_id
-        carried = self._own.rides(eid, row.step_type == RUN_END)
-        if carried is None:  # _write_row of a row that carries nothing, without its frames
-            await self._planned(row, functools.partial(self._attempt, insert_row, eid, None, None))
-        else:
-            await self._own.carry(eid, carried, functools.partial(self._write_owned, row, insert_row))
+        await self._write_row(row, row.step_type == RUN_END, insert_row)
 
     async def append_copy(self, row: Checkpoint) -> None:
         """Append a row written in another store (see :meth:`ReplicatedStore.append_copy`): no

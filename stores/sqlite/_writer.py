@@ -24,7 +24,6 @@ import functools
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -41,7 +40,7 @@ from .._errors import (
     write_failed,
 )
 from .._loop import Loop, Settled, running_loop, settled, trio_loop
-from ._connection import DatabaseThread, connect, execute_again, execute_busy, fault_of
+from ._connection import DatabaseThread, connect, execute_busy, fault_of
 from ._schema import migrate
 
 __all__ = ["Connections", "file_lock"]
@@ -182,21 +181,13 @@ class Connections:
     # -- writes -----------------------------------------------------------------------------------
 
     def _begin(self, conn: sqlite3.Connection) -> None:
-        start = time.monotonic()  # execute_busy, inline: one frame less per transaction
         try:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as first:
-                execute_again(conn, "BEGIN IMMEDIATE", first, start + self._busy_timeout * 2)
+            execute_busy(conn, "BEGIN IMMEDIATE", self._busy_timeout * 2)
         except sqlite3.OperationalError as exc:
             raise stayed_locked(self.path, exc) from exc
 
     def _commit(self, conn: sqlite3.Connection) -> None:
-        start = time.monotonic()  # execute_busy, inline
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.OperationalError as first:
-            execute_again(conn, "COMMIT", first, start + self._busy_timeout * 2)
+        execute_busy(conn, "COMMIT", self._busy_timeout * 2)
 
     def _fault(self, exc: sqlite3.DatabaseError) -> BaseException:
         """The typed error for ``exc`` (``exc`` itself when it has none); a damaged file is
