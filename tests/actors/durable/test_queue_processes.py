@@ -54,12 +54,19 @@ def url_of(backend: Backend) -> str:
 
 
 async def start_workers(
-    backend: Backend, workdir: Path, count: int, *queues: str, first: float = 0.05, again: float = 0.05
+    backend: Backend,
+    workdir: Path,
+    count: int,
+    *queues: str,
+    first: float = 0.05,
+    again: float = 0.05,
+    concurrency: int = 8,
 ) -> list[Any]:
-    """``count`` worker processes serving ``queues`` (``--concurrency 8 --poll 0.05``), each ready."""
+    """``count`` worker processes serving ``queues`` (``--concurrency`` ``concurrency``, ``--poll 0.05``),
+    each ready."""
     env = {**ENV, "QUEUE_WORKDIR": str(workdir), "QUEUE_FIRST": str(first), "QUEUE_AGAIN": str(again)}
     command = [sys.executable, "-m", "tether", "worker", "--runner", "_queue_child:cli_agent"]
-    command += ["--concurrency", "8", "--poll", "0.05", "--store", url_of(backend)]
+    command += ["--concurrency", str(concurrency), "--poll", "0.05", "--store", url_of(backend)]
     for queue in queues:
         command += ["--queue", queue]
     started = []
@@ -110,7 +117,11 @@ async def test_a_limited_queue_holds_its_concurrency_and_per_key_across_workers(
     key_of = {f"o{i:02d}": f"k{i % 4}" for i in range(60)}
     async with store_backend.open() as store:
         # The workers serve before the runs are enqueued: all three see the queue from its first run.
-        workers = await start_workers(store_backend, tmp_path, 3, "llm:concurrency=3,per_key=1", first=0.1)
+        # Each takes at most 2 runs at once: together they could run 6, so the queue's 3 is what
+        # holds them, and 3 at once needs two workers (one alone would re-take every slot it frees).
+        workers = await start_workers(
+            store_backend, tmp_path, 3, "llm:concurrency=3,per_key=1", first=0.1, concurrency=2
+        )
         try:
             async with ActorSystem(store, runners=[runner]) as system:
                 ids = [
@@ -126,7 +137,7 @@ async def test_a_limited_queue_holds_its_concurrency_and_per_key_across_workers(
         assert sorted(e["order"] for e in events if e["event"] == kind) == sorted(key_of), kind  # once each
     assert most_at_once(events) == {"": 3}  # at most 3 at once, and 3 at some point
     assert set(most_at_once(events, key_of.__getitem__).values()) == {1}  # never 2 of one key
-    assert len({e["pid"] for e in events}) > 1  # more than one worker took runs
+    assert len({e["pid"] for e in events}) > 1  # more than one worker took runs (3 at once needs two)
     for eid, rows in histories.items():
         ends = [r for r in rows if r.step_type == RUN_END]
         assert len(ends) == 1 and ends[0].status == "completed", eid
