@@ -481,22 +481,49 @@ class RunActor(Actor):
             self._on_rest(result.wake_at)
 
     async def on_stop(self, ctx: ActorContext) -> None:
-        """The actor stops with an activation in flight (a shutdown, a stop past its bound): its
-        reply and the requests held for later hear of it, and the lock is released."""
-        held, self._held = list(self._held), deque()
+        """The actor stops (a shutdown, a stop past its bound) with an activation in flight or
+        requests held. A Cancel it took is still carried out: the run gets its failed marker, as it
+        would had the stop come a moment later, so no recovery resumes the step the Cancel cut.
+        Otherwise the activation's reply and the held requests hear ``ActorStopped`` (the run stays
+        recoverable). The lock is released either way."""
+        held, self._held = deque(self._held), deque()
         now, self._now = self._now, None
-        for request in held:
-            request.fail(
-                ActorStopped(f"the actor of run {self.execution_id!r} stopped before handling the request")
-            )
-        if now is None:
-            return
-        stopped = self._stopped()
-        if now.trace is not None:
-            now.trace.abandon(stopped)
-        now.reply.settle(None, stopped)
-        self._warn_stopped()
-        await self._release()
+        try:
+            if now is not None:
+                if now.cancel_reason is not None and not (self._abandoned or self._released):
+                    await self._cancel_on_stop(now, now.cancel_reason)
+                else:
+                    stopped = self._stopped()
+                    if now.trace is not None:
+                        now.trace.abandon(stopped)
+                    now.reply.settle(None, stopped)
+                    self._warn_stopped()
+                    await self._release()
+            while held:
+                request = held.popleft()
+                if isinstance(request.message, Cancel):
+                    await self._begin(ctx, request)  # answers how the run stands, or ends it
+                else:
+                    request.fail(self._unhandled())
+        finally:
+            for request in held:  # the stop's bound ran out first
+                request.fail(self._unhandled())
+
+    async def _cancel_on_stop(self, now: _Activation, reason: str) -> None:
+        """Write the failed marker of a cancel whose cut work ended as the actor stopped (within
+        the stop's bound), and end the activation with it."""
+        try:
+            result = await now.machine.level.cancel(reason)
+        except Exception as error:
+            await self._finish(now, None, error)
+        except BaseException:  # the stop's bound ran out: the run stays recoverable
+            await self._finish(now, None, self._stopped())
+            raise
+        else:
+            await self._finish(now, result, None)
+
+    def _unhandled(self) -> ActorStopped:
+        return ActorStopped(f"the actor of run {self.execution_id!r} stopped before handling the request")
 
     def _stopped(self) -> ActorStopped:
         return ActorStopped(

@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
+from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, RunRef, tool
 from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore, Store
@@ -102,12 +102,64 @@ async def test_a_cancel_sent_while_a_step_runs_is_answered_before_the_system_shu
                 # The actor takes the Cancel while the step runs: it cuts the step, writes the
                 # failed marker and answers the Cancel, all before leaving the block stops it.
                 cancel = await system.send(run.execution_id, Cancel("operator"))
-            with anyio.fail_after(BOUND):
-                answered = await cancel.result()
-            cancelled = await run.result(timeout=BOUND)
-            assert cancelled.status == "failed" and cancelled.error is not None
-            assert "operator" in cancelled.error
-            assert (answered.status, answered.error) == (cancelled.status, cancelled.error)
+                await taken(system, run.execution_id)
+            await assert_cancelled(run, cancel)
+
+
+async def test_a_cancel_whose_cut_step_ends_as_the_system_shuts_down_still_ends_the_run(
+    sqlite_path: Path,
+) -> None:
+    """The Cancel cut the step, but the step's end reaches the actor only after the stop closed its
+    mailbox: the stop still writes the failed marker, so no recovery resumes the cancelled run."""
+    entered = anyio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Wait until cancelled, then take a moment to clean up."""
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)  # the shutdown comes meanwhile
+        return "released"  # pragma: no cover
+
+    def model(messages: list[Message]) -> str | ModelReply:
+        if messages[-1].role == "tool":
+            return "answer"
+        return ModelReply(tool_calls=[ToolCall("wait", {})])
+
+    agent = Agent("slow-cleanup", FunctionModel(model), tools=[wait])
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store:
+            async with ActorSystem(store, runners=[agent]) as system:
+                run = await system.spawn(agent, "go")
+                await entered.wait()
+                cancel = await system.send(run.execution_id, Cancel("operator"))
+                await taken(system, run.execution_id)
+            await assert_cancelled(run, cancel)
+            async with ActorSystem(store, runners=[agent]) as later:
+                stored = await later.ref(run.execution_id).result(timeout=BOUND)
+            assert stored.status == "failed" and stored.error is not None and "operator" in stored.error
+
+
+async def taken(system: ActorSystem, execution_id: str) -> None:
+    """Wait until the run's actor took every message sent to it (a Cancel then cut the step)."""
+    actor = system.runtime.registry.lookup(execution_id)
+    assert actor is not None
+    with anyio.fail_after(BOUND):
+        while actor.inspect().queued:  # noqa: ASYNC110 (no event for the mailbox's reads)
+            await anyio.sleep(0.001)
+
+
+async def assert_cancelled(run: RunRef, cancel: RunRef) -> None:
+    """The run ended failed with the operator's reason, and the Cancel was answered with it."""
+    with anyio.fail_after(BOUND):
+        answered = await cancel.result()
+    cancelled = await run.result(timeout=BOUND)
+    assert cancelled.status == "failed" and cancelled.error is not None
+    assert "operator" in cancelled.error
+    assert (answered.status, answered.error) == (cancelled.status, cancelled.error)
 
 
 async def test_spawns_racing_the_system_shutdown_return_or_raise_promptly(sqlite_path: Path) -> None:
