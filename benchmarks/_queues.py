@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-import stores.postgres._connection as pg_connection
-import stores.sqlite._writer as sqlite_writer
 from benchmarks._common import median
 from stores import Checkpoint, Queue, Store
+from stores.lowlevel import postgres_connection_module as pg_connection
+from stores.lowlevel import sqlite_writer_module as sqlite_writer
 
 __all__ = ["PG_INSIDE", "TARGET", "report", "take_rates"]
 

@@ -46,7 +46,7 @@ import msgspec
 from actors import ActorSystem, Resume
 from benchmarks._common import PG_DSN, measure_child
 from stores import HITL_PAUSE, Checkpoint, PendingInterrupt, PostgresStore, SQLiteStore, Store, new_id, utcnow
-from tether._refund import RefundBot
+from tether.lowlevel import RefundBot
 
 PROMPT = "Refund order 1042 for 5000"  # over the approval limit: the tool interrupts
 PAUSED_ROWS = [

@@ -41,7 +41,7 @@ from actors import ActorSystem
 from benchmarks._common import Target, interleaved, median, print_targets
 from replication import Replicator
 from stores import SQLiteStore, open_store
-from tether._refund import RefundBot
+from tether.lowlevel import RefundBot
 
 PROMPT = "Refund order 1042 for 20"
 KEY = "bench-key"

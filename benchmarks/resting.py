@@ -55,7 +55,7 @@ import anyio
 import msgspec
 
 from actors import ActorSystem, Agent, tool, wait_signal
-from actors._durable._run_actor import _UNLOCK_TIMEOUT as RELEASE_BOUND
+from actors.lowlevel import run_actor_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from benchmarks._common import measure_child
 from stores import WAIT, Checkpoint, SQLiteStore, new_id, utcnow
@@ -146,7 +146,7 @@ async def _settled(system: ActorSystem | None) -> None:
     with anyio.fail_after(60):
         while system is not None and system.runtime.live_actors:  # noqa: ASYNC110
             await anyio.sleep(0.01)
-    await anyio.sleep(_SETTLE if system is None else _SETTLE + RELEASE_BOUND)
+    await anyio.sleep(_SETTLE if system is None else _SETTLE + run_actor_module._UNLOCK_TIMEOUT)
 
 
 def _marks(first: int, runs: int) -> list[int]:

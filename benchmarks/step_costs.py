@@ -53,7 +53,7 @@ from benchmarks.step_path import (
     timed_runs,
 )
 from stores import Checkpoint, SQLiteStore, Store, new_id, utcnow
-from stores.sqlite._writer import Connections
+from stores.lowlevel import sqlite_writer_module
 
 # Time the writer thread spends in write transactions and in COMMIT, summed (see ``_instrument``).
 _writer = {"transactions": 0.0, "commit": 0.0, "count": 0.0}
@@ -75,7 +75,7 @@ def _instrument() -> None:
 
         return wrapper
 
-    store: Any = Connections
+    store: Any = sqlite_writer_module.Connections
     if not hasattr(store._run_batch_locked, "__wrapped__"):
         store._run_batch_locked = timed(store._run_batch_locked, "transactions")
         store._commit = timed(store._commit, "commit")

@@ -58,7 +58,7 @@ import msgspec
 from actors import ActorSystem, Agent
 from benchmarks._common import PG_DSN, interleaved, measure_child, median
 from stores import Checkpoint, PostgresStore, SQLiteStore
-from tether._refund import RefundBot
+from tether.lowlevel import RefundBot
 
 PROMPT = "Refund order 1042, amount 20"
 #: The PostgreSQL schema of tether's measurement, per process: runs may overlap.

@@ -4,7 +4,9 @@ What the public face (:mod:`stores`, :mod:`stores.testing`) leaves out and a whi
 the shared rules of the base store, the row codec and the JSON rule's batch encoder, the refusals'
 wording, the queue, prune and signal rules, SQLite's row statements and lock watch, and the two
 schema modules (``sqlite_schema_module``, ``postgres_schema_module``), whose migrations a test cuts
-with ``monkeypatch`` to write a database as an earlier version did. Any name here may change or go
+with ``monkeypatch`` to write a database as an earlier version did, and the modules that open
+connections (``sqlite_writer_module``, ``postgres_connection_module``), which a benchmark wraps to
+count what they run. Any name here may change or go
 in any release.
 """
 
@@ -18,8 +20,10 @@ from stores._prune import PruneRow, doomed
 from stores._queues import admit, start_slot, stricter
 from stores._signals import check_copies, check_copy, check_signal, merge_copies, refuse_signal, restored_wait
 from stores._watch import WAITS
+from stores.postgres import _connection as postgres_connection_module
 from stores.postgres import _schema as postgres_schema_module
 from stores.sqlite import _schema as sqlite_schema_module
+from stores.sqlite import _writer as sqlite_writer_module
 from stores.sqlite._locks import WATCH_INTERVAL
 from stores.sqlite._rows import pending_query, ts
 
@@ -51,10 +55,12 @@ __all__ = [
     "no_checkpoints",
     "no_step",
     "pending_query",
+    "postgres_connection_module",
     "postgres_schema_module",
     "refuse_signal",
     "restored_wait",
     "sqlite_schema_module",
+    "sqlite_writer_module",
     "start_slot",
     "stricter",
     "ts",

@@ -2,10 +2,10 @@
 
 A test imports a package's public names, or what the package's seam (``<package>.lowlevel``)
 re-exports for tests and tooling: never one of our private modules (``stores._codec``) nor a private
-name. The rule covers every file under ``tests/`` (helpers and ``conftest.py`` too) and the code a
-test hands to a subprocess as a string. A seam holds a docstring, explicit imports from its own
+name. The rule covers every file under ``tests/`` (helpers and ``conftest.py`` too), the code a
+test hands to a subprocess as a string, and the benchmarks (which share their own helpers). A seam holds a docstring, explicit imports from its own
 package and a sorted ``__all__`` of exactly what it imports, nothing else; every name it exports is
-one some test imports.
+one some test or benchmark imports.
 """
 
 from __future__ import annotations
@@ -63,14 +63,23 @@ def _private(module: str, name: str | None) -> str | None:
     return None
 
 
-def _offences(source: str) -> list[str]:
-    found = [(line, _private(module, name)) for line, module, name in _imports(source)]
+def _offences(source: str, *, own: str | None = None) -> list[str]:
+    """The private imports of ``source``, but those of its ``own`` package."""
+    found = [
+        (line, _private(module, name))
+        for line, module, name in _imports(source)
+        if own is None or module.split(".")[0] != own
+    ]
     return [f"line {line}: {what}" for line, what in found if what is not None]
 
 
 def _test_files() -> list[Path]:
     """Every file under ``tests/`` but this one, whose samples break the rule on purpose."""
     return sorted(path for path in TESTS.rglob("*.py") if path != Path(__file__).resolve())
+
+
+def _benchmark_files() -> list[Path]:
+    return sorted((ROOT / "benchmarks").glob("*.py"))
 
 
 def test_the_rule_sees_every_way_in() -> None:
@@ -120,6 +129,14 @@ def test_tests_import_no_private_module_of_ours(path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("path", _benchmark_files(), ids=lambda path: path.name)
+def test_benchmarks_import_no_private_module_of_ours_but_their_own(path: Path) -> None:
+    offences = _offences(path.read_text(), own="benchmarks")
+    assert not offences, (
+        f"{path.relative_to(ROOT)} reaches inside (use the public name or the seam): {offences}"
+    )
+
+
 @pytest.mark.parametrize("seam", SEAMS)
 def test_a_seam_only_re_exports_its_own_package(seam: str) -> None:
     path = ROOT / Path(*seam.split(".")).with_suffix(".py")
@@ -148,12 +165,12 @@ def test_a_seam_only_re_exports_its_own_package(seam: str) -> None:
 
 
 @pytest.mark.parametrize("seam", SEAMS)
-def test_every_name_a_seam_exports_is_used_by_a_test(seam: str) -> None:
+def test_every_name_a_seam_exports_is_used_by_a_test_or_a_benchmark(seam: str) -> None:
     used = {
         name
-        for path in _test_files()
+        for path in _test_files() + _benchmark_files()
         for _, module, name in _imports(path.read_text())
         if module == seam and name is not None
     }
     unused = sorted(set(importlib.import_module(seam).__all__) - used)
-    assert not unused, f"{seam} exports names no test imports: {unused}"
+    assert not unused, f"{seam} exports names no test or benchmark imports: {unused}"
