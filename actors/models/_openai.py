@@ -11,10 +11,9 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 import msgspec
 
 from ._errors import ModelError
@@ -22,6 +21,9 @@ from ._retry import MAX_SERVER_WAIT, backoff_delay, server_wait, should_retry
 from ._stream import Assembly, server_events
 from ._types import Message, ModelReply
 from ._wire import read_completion, read_message, read_usage, request_body, server_message
+
+if TYPE_CHECKING:  # imported where a call first needs it (see ``_http``)
+    import httpx
 
 __all__ = ["OpenAIChat"]
 
@@ -103,6 +105,11 @@ class OpenAIChat:
         self._client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
+        # httpx is imported here, on the first call, not with the package: it (with what it pulls
+        # in) is about half the objects an ``import actors`` leaves for every full collection of
+        # the garbage collector to walk, and most of its import time, in every process.
+        import httpx
+
         if self._client is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
             headers.update(self.default_headers)
@@ -161,6 +168,8 @@ class OpenAIChat:
         self, path: str, body: bytes, read: Callable[[httpx.Response, int], Awaitable[ModelReply]]
     ) -> ModelReply:
         """POST ``body`` and ``read`` the reply, retrying as :mod:`._retry` says within the deadline."""
+        import httpx  # imported by ``_http`` already: a lookup
+
         url = self.base_url + path
         started = anyio.current_time()
         deadline = math.inf if self.deadline is None else started + self.deadline
@@ -214,6 +223,8 @@ class OpenAIChat:
 
     def _failure(self, exc: httpx.TransportError, attempt: int, started: float) -> str:
         """How the last attempt failed to get an answer, after how many attempts and how long."""
+        import httpx  # imported by ``_http`` already: a lookup
+
         tried = f"after {_attempts(attempt)} ({_seconds(started)} in all)"
         if isinstance(exc, httpx.ConnectTimeout):
             return (

@@ -13,9 +13,10 @@ import email.utils
 import math
 import random
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["MAX_SERVER_WAIT", "backoff_delay", "server_wait", "should_retry"]
 
