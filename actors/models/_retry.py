@@ -9,7 +9,6 @@ stays within the call's deadline.
 
 from __future__ import annotations
 
-import email.utils
 import math
 import random
 import time
@@ -40,6 +39,8 @@ def server_wait(headers: httpx.Headers) -> float | None:
     value = headers.get("retry-after")
     if value is None:
         return None
+    import email.utils  # only for a Retry-After date: not loaded with the package
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
