@@ -143,9 +143,7 @@ def test_every_module_imports_on_its_own() -> None:
         "    importlib.import_module(name)\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().strip() == "ok"
+    assert printed_by(code) == "ok"
 
 
 def test_the_http_client_is_imported_by_the_first_model_call_not_by_the_packages() -> None:
@@ -158,9 +156,14 @@ def test_the_http_client_is_imported_by_the_first_model_call_not_by_the_packages
         "OpenAIChat('m', base_url='http://127.0.0.1:9/v1', api_key='k')\n"
         "print(sorted({'httpx', 'email'} & set(sys.modules)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert printed_by(code) == "[]"
+
+
+def printed_by(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter, which must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().strip() == "[]"
+    return done.stdout.decode().strip()
 
 
 def test_modules_stay_small() -> None:

@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, RunRef, tool
+from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
 from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import SQLiteStore, Store
@@ -96,29 +96,15 @@ async def test_a_request_queued_behind_a_busy_run_fails_when_its_actor_stops(sql
                 await run.result(timeout=BOUND)
 
 
-async def test_a_cancel_sent_while_a_step_runs_is_answered_before_the_system_shuts_down(
-    sqlite_path: Path,
+@pytest.mark.parametrize("cleanup", [0.0, 0.2], ids=["prompt-clean-up", "clean-up-past-the-shutdown"])
+async def test_a_cancel_sent_while_a_step_runs_is_carried_out_before_the_system_shuts_down(
+    sqlite_path: Path, cleanup: float
 ) -> None:
-    agent, entered, cut = blocking_agent()
-    with anyio.fail_after(LIMIT):
-        async with opened(sqlite_path) as store:
-            async with ActorSystem(store, runners=[agent]) as system:
-                run = await system.spawn(agent, "go")
-                await entered.wait()
-                # The actor takes the Cancel while the step runs and cuts the step; it writes the
-                # failed marker and answers the Cancel whether the step's end reaches it before
-                # leaving the block stops it or after.
-                cancel = await system.send(run.execution_id, Cancel("operator"))
-                await cut.wait()
-            await assert_cancelled(run, cancel)
-
-
-async def test_a_cancel_whose_cut_step_ends_as_the_system_shuts_down_still_ends_the_run(
-    sqlite_path: Path,
-) -> None:
-    """The Cancel cut the step, but the step's end reaches the actor only after the stop closed its
-    mailbox: the stop still writes the failed marker, so no recovery resumes the cancelled run."""
-    agent, entered, cut = blocking_agent(cleanup=0.2)  # the shutdown comes during the clean-up
+    """The actor takes the Cancel while the step runs and cuts the step. Whether the step's end
+    reaches the actor before leaving the block stops it, or only after the stop closed its mailbox
+    (a clean-up that outlasts the shutdown), the run gets its failed marker and the Cancel its
+    answer: no recovery resumes the cancelled run."""
+    agent, entered, cut = blocking_agent(cleanup=cleanup)
     with anyio.fail_after(LIMIT):
         async with opened(sqlite_path) as store:
             async with ActorSystem(store, runners=[agent]) as system:
@@ -126,20 +112,15 @@ async def test_a_cancel_whose_cut_step_ends_as_the_system_shuts_down_still_ends_
                 await entered.wait()
                 cancel = await system.send(run.execution_id, Cancel("operator"))
                 await cut.wait()
-            await assert_cancelled(run, cancel)
+            with anyio.fail_after(BOUND):
+                answered = await cancel.result()
+            cancelled = await run.result(timeout=BOUND)
+            assert cancelled.status == "failed" and cancelled.error is not None
+            assert "operator" in cancelled.error
+            assert (answered.status, answered.error) == (cancelled.status, cancelled.error)
             async with ActorSystem(store, runners=[agent]) as later:
                 stored = await later.ref(run.execution_id).result(timeout=BOUND)
-            assert stored.status == "failed" and stored.error is not None and "operator" in stored.error
-
-
-async def assert_cancelled(run: RunRef, cancel: RunRef) -> None:
-    """The run ended failed with the operator's reason, and the Cancel was answered with it."""
-    with anyio.fail_after(BOUND):
-        answered = await cancel.result()
-    cancelled = await run.result(timeout=BOUND)
-    assert cancelled.status == "failed" and cancelled.error is not None
-    assert "operator" in cancelled.error
-    assert (answered.status, answered.error) == (cancelled.status, cancelled.error)
+            assert (stored.status, stored.error) == (cancelled.status, cancelled.error)
 
 
 async def test_spawns_racing_the_system_shutdown_return_or_raise_promptly(sqlite_path: Path) -> None:
