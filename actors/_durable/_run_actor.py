@@ -482,23 +482,14 @@ class RunActor(Actor):
 
     async def on_stop(self, ctx: ActorContext) -> None:
         """The actor stops (a shutdown, a stop past its bound) with an activation in flight or
-        requests held. A Cancel it took is still carried out: the run gets its failed marker, as it
-        would had the stop come a moment later, so no recovery resumes the step the Cancel cut.
-        Otherwise the activation's reply and the held requests hear ``ActorStopped`` (the run stays
-        recoverable). The lock is released either way."""
+        requests held: work that ended is finished as its unread report says; a Cancel it took is
+        carried out (the failed marker), so no recovery resumes a step the Cancel cut; else the
+        reply and held requests hear ``ActorStopped`` (the run stays recoverable). The lock goes."""
         held, self._held = deque(self._held), deque()
-        now, self._now = self._now, None
         try:
+            now = self._now
             if now is not None:
-                if now.cancel_reason is not None and not (self._abandoned or self._released):
-                    await self._cancel_on_stop(now, now.cancel_reason)
-                else:
-                    stopped = self._stopped()
-                    if now.trace is not None:
-                        now.trace.abandon(stopped)
-                    now.reply.settle(None, stopped)
-                    self._warn_stopped()
-                    await self._release()
+                await self._stop_activation(now)
             while held:
                 request = held.popleft()
                 if isinstance(request.message, Cancel):
@@ -506,21 +497,27 @@ class RunActor(Actor):
                 else:
                     request.fail(self._unhandled())
         finally:
-            for request in held:  # the stop's bound ran out first
+            now = self._now
+            if now is not None:  # the stop's bound ran out first: the run stays recoverable
+                await self._finish(now, None, self._stopped())
+            for request in held:
                 request.fail(self._unhandled())
 
-    async def _cancel_on_stop(self, now: _Activation, reason: str) -> None:
-        """Write the failed marker of a cancel whose cut work ended as the actor stopped (within
-        the stop's bound), and end the activation with it."""
-        try:
-            result = await now.machine.level.cancel(reason)
-        except Exception as error:
-            await self._finish(now, None, error)
-        except BaseException:  # the stop's bound ran out: the run stays recoverable
-            await self._finish(now, None, self._stopped())
-            raise
+    async def _stop_activation(self, now: _Activation) -> None:
+        """End the activation in flight as the actor stops (within the stop's bound)."""
+        report = now.machine.report
+        if report is not None:  # its work ended; the stop closed the mailbox with the report in it
+            await self._work_done(report)
+        elif now.cancel_reason is not None and not (self._abandoned or self._released):
+            try:
+                result = await now.machine.level.cancel(now.cancel_reason)
+            except Exception as error:
+                await self._finish(now, None, error)
+            else:
+                await self._finish(now, result, None)
         else:
-            await self._finish(now, result, None)
+            self._warn_stopped()
+            await self._finish(now, None, self._stopped())
 
     def _unhandled(self) -> ActorStopped:
         return ActorStopped(f"the actor of run {self.execution_id!r} stopped before handling the request")

@@ -43,12 +43,15 @@ class LevelMachine:
     (:meth:`start`) that takes its steps in order (:meth:`drive`) and reports :class:`WorkDone` to
     the mailbox; a child level's actor it waits for; and the scope that cuts it all."""
 
-    __slots__ = ("_arrived", "ctx", "level", "scope")
+    __slots__ = ("_arrived", "ctx", "level", "report", "scope")
 
     def __init__(self, ctx: ActorContext, level: Level) -> None:
         self.ctx = ctx
         self.level = level
         self.scope: anyio.CancelScope | None = None
+        #: How the work ended, once it has (also when its message never reached the actor: a stop
+        #: closed the mailbox with it queued).
+        self.report: WorkDone | None = None
         self._arrived: _Arrival | None = None
 
     def start(
@@ -76,6 +79,7 @@ class LevelMachine:
                 report = WorkDone(error=error)
         if scope.cancelled_caught:
             report = WorkDone(cut=True)
+        self.report = report
         try:
             await self.ctx.self.send(report)
         except ActorStopped:

@@ -20,7 +20,7 @@ import pytest
 from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
 from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
-from stores import SQLiteStore, Store
+from stores import RUN_END, SQLiteStore, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -195,3 +195,52 @@ async def test_a_delivery_to_an_actor_that_stopped_accepting_raises_actor_stoppe
                 tg.start_soon(late_delivery, system)
             assert not actor.alive
     assert outcomes == ["stopped"]
+
+
+@pytest.mark.parametrize("turns", range(4))
+async def test_a_cancel_sent_as_the_system_shuts_down_is_carried_out_in_every_order(
+    sqlite_path: Path, turns: int
+) -> None:
+    """The block is left 0..3 scheduler turns after the Cancel is sent to a run whose actor waits
+    for messages while its tool runs: the actor takes the Cancel before the stop closes its
+    mailbox, and the cut step's end reaches it, or is still queued as the mailbox closes, or comes
+    after. In every order the Cancel is answered with the run's end, which the store holds: never
+    a cut step with the run left recoverable."""
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store:
+            for i in range(8):
+                agent, entered, _ = blocking_agent()
+                async with ActorSystem(store, runners=[agent]) as system:
+                    run = await system.spawn(agent, "go", execution_id=f"run-{turns}-{i}")
+                    await entered.wait()
+                    cancel = await system.send(run.execution_id, Cancel("operator"))
+                    for _ in range(turns):
+                        await anyio.lowlevel.checkpoint()
+                answered = await cancel.result(timeout=BOUND)
+                assert (answered.status, answered.error) == ("failed", "cancelled: operator")
+                ended = await run.result(timeout=BOUND)
+                assert (ended.status, ended.error) == (answered.status, answered.error)
+                newest = await store.latest(run.execution_id)
+                assert newest is not None and newest.step_type == RUN_END
+
+
+async def test_a_cancel_whose_cut_step_outlasts_the_stop_still_ends_the_run(sqlite_path: Path) -> None:
+    """The Cancel cut the step, but the step's clean-up outlasts the actor's stop (on asyncio the
+    stop stops waiting for it; on trio the actor's task group waits it out): the stop writes the
+    failed marker and answers the Cancel with it, whichever it is."""
+    agent, entered, cut = blocking_agent(cleanup=2.3)  # past the run actor's stop_timeout of 2 s
+    with anyio.fail_after(LIMIT):
+        async with opened(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
+            run = await system.spawn(agent, "go")
+            await entered.wait()
+            cancel = await system.send(run.execution_id, Cancel("operator"))
+            await cut.wait()
+            actor = system.runtime.registry.lookup(run.execution_id)
+            assert actor is not None
+            await actor.stop(timeout=0.1)
+            answered = await cancel.result(timeout=BOUND)
+            assert (answered.status, answered.error) == ("failed", "cancelled: operator")
+            ended = await run.result(timeout=BOUND)
+            assert (ended.status, ended.error) == (answered.status, answered.error)
+            newest = await store.latest(run.execution_id)
+            assert newest is not None and newest.step_type == RUN_END
