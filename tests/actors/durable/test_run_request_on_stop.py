@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, tool
+from actors import Actor, ActorContext, ActorStopped, ActorSystem, Agent, Cancel, Recover, RunRef, tool
 from actors.lowlevel import Reply, Request
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import RUN_END, SQLiteStore, Store
@@ -216,18 +216,12 @@ async def test_a_cancel_sent_as_the_system_shuts_down_is_carried_out_in_every_or
                     cancel = await system.send(run.execution_id, Cancel("operator"))
                     for _ in range(turns):
                         await anyio.lowlevel.checkpoint()
-                answered = await cancel.result(timeout=BOUND)
-                assert (answered.status, answered.error) == ("failed", "cancelled: operator")
-                ended = await run.result(timeout=BOUND)
-                assert (ended.status, ended.error) == (answered.status, answered.error)
-                newest = await store.latest(run.execution_id)
-                assert newest is not None and newest.step_type == RUN_END
+                await assert_ended_by_the_cancel(store, run, cancel)
 
 
 async def test_a_cancel_whose_cut_step_outlasts_the_stop_still_ends_the_run(sqlite_path: Path) -> None:
-    """The Cancel cut the step, but the step's clean-up outlasts the actor's stop (on asyncio the
-    stop stops waiting for it; on trio the actor's task group waits it out): the stop writes the
-    failed marker and answers the Cancel with it, whichever it is."""
+    """The Cancel cut the step, but the step's clean-up outlasts the actor's stop, which stops
+    waiting for it at its bound: the stop writes the failed marker and answers the Cancel with it."""
     agent, entered, cut = blocking_agent(cleanup=2.3)  # past the run actor's stop_timeout of 2 s
     with anyio.fail_after(LIMIT):
         async with opened(sqlite_path) as store, ActorSystem(store, runners=[agent]) as system:
@@ -238,9 +232,14 @@ async def test_a_cancel_whose_cut_step_outlasts_the_stop_still_ends_the_run(sqli
             actor = system.runtime.registry.lookup(run.execution_id)
             assert actor is not None
             await actor.stop(timeout=0.1)
-            answered = await cancel.result(timeout=BOUND)
-            assert (answered.status, answered.error) == ("failed", "cancelled: operator")
-            ended = await run.result(timeout=BOUND)
-            assert (ended.status, ended.error) == (answered.status, answered.error)
-            newest = await store.latest(run.execution_id)
-            assert newest is not None and newest.step_type == RUN_END
+            await assert_ended_by_the_cancel(store, run, cancel)
+
+
+async def assert_ended_by_the_cancel(store: Store, run: RunRef, cancel: RunRef) -> None:
+    """The Cancel was answered with the run's failed end, which the run's result and the store hold."""
+    answered = await cancel.result(timeout=BOUND)
+    assert (answered.status, answered.error) == ("failed", "cancelled: operator")
+    ended = await run.result(timeout=BOUND)
+    assert (ended.status, ended.error) == (answered.status, answered.error)
+    newest = await store.latest(run.execution_id)
+    assert newest is not None and newest.step_type == RUN_END
