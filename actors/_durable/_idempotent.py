@@ -255,11 +255,13 @@ async def _begin(call: _Call) -> tuple[bool, Any, _Flight | None]:
     except BaseException as exc:
         _settle(flight, error=exc)
         raise
-    if hit:
-        _settle(flight, value=value)
-        return True, value, None
     try:
-        check_owner(call.store, call.execution_id)  # the body runs only while the run is ours
+        # The body runs, and a stored result is handed on, only while the run is ours: a process
+        # that lost the run stops here whether or not its recoverer stored the result first.
+        check_owner(call.store, call.execution_id)
+        if hit:
+            _settle(flight, value=value)
+            return True, value, None
         if call.stopped is not None and call.stopped.is_set():
             raise cancelled_elsewhere(call.execution_id)
     except (StoreError, WriteConflict) as exc:  # never the tool's result: the run stops without writing
