@@ -485,36 +485,30 @@ class RunActor(Actor):
         requests held: work that ended is finished as its unread report says; a Cancel it took is
         carried out (the failed marker), so no recovery resumes a step the Cancel cut; else the
         reply and held requests hear ``ActorStopped`` (the run stays recoverable). The lock goes."""
-        held, self._held = deque(self._held), deque()
+        held, self._held = list(self._held), deque()
         try:
             now = self._now
             if now is not None:
                 await self._stop_activation(now)
-            while held:
-                request = held.popleft()
+            for request in held:
                 if isinstance(request.message, Cancel):
                     await self._begin(ctx, request)  # answers how the run stands, or ends it
-                else:
-                    request.fail(self._unhandled())
         finally:
             now = self._now
             if now is not None:  # the stop's bound ran out first: the run stays recoverable
                 await self._finish(now, None, self._stopped())
             for request in held:
-                request.fail(self._unhandled())
+                request.fail(self._unhandled())  # every request not answered above
 
     async def _stop_activation(self, now: _Activation) -> None:
-        """End the activation in flight as the actor stops (within the stop's bound)."""
+        """End the activation in flight as the actor stops (within the stop's bound): as its work's
+        report says, which the stop may have left unread in the mailbox, or, when the work a Cancel
+        cut outlasted the stop, as that cut's report would have said."""
         report = now.machine.report
-        if report is not None:  # its work ended; the stop closed the mailbox with the report in it
+        if report is None and now.cancel_reason is not None:
+            report = WorkDone(cut=True)
+        if report is not None:
             await self._work_done(report)
-        elif now.cancel_reason is not None and not (self._abandoned or self._released):
-            try:
-                result = await now.machine.level.cancel(now.cancel_reason)
-            except Exception as error:
-                await self._finish(now, None, error)
-            else:
-                await self._finish(now, result, None)
         else:
             self._warn_stopped()
             await self._finish(now, None, self._stopped())

@@ -105,9 +105,9 @@ class OpenAIChat:
         self._client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
-        # httpx is imported here, on the first call, not with the package: it (with what it pulls
-        # in) is about half the objects an ``import actors`` leaves for every full collection of
-        # the garbage collector to walk, and most of its import time, in every process.
+        # httpx is imported here, on the first call, not with the package: with what it pulls in,
+        # it was about a sixth of the objects an ``import actors`` leaves for every full collection
+        # of the garbage collector to walk, and a good part of the import time of every process.
         import httpx
 
         if self._client is None:
