@@ -61,7 +61,16 @@ from benchmarks.step_path import (
 )
 from stores import Checkpoint, PostgresStore, Store
 
-__all__ = ["BACKENDS", "CONTENDERS", "against", "against_cpu", "instructions_per_run", "main"]
+__all__ = [
+    "BACKENDS",
+    "CONTENDERS",
+    "against",
+    "against_cpu",
+    "callgrind_count",
+    "contender",
+    "instructions_per_run",
+    "main",
+]
 
 CONTENDERS = ("raw", "store", "tether")
 #: ``--spawns``: tether runs started in batches by awaited spawn calls, or by spawns all at once.
@@ -100,7 +109,8 @@ class StoreOnlyPostgres(StoreOnly):
         await _drop_schema(self.SCHEMA)
 
 
-async def _contender(name: str, backend: str, workdir: Path) -> Contender:
+async def contender(name: str, backend: str, workdir: Path) -> Contender:
+    """The contender ``name`` (:data:`CONTENDERS`, :data:`SPAWNS`) on ``backend``, its files in ``workdir``."""
     if name == "raw":
         return RawSQLite(workdir) if backend == "sqlite" else RawPostgres(1)
     if name == "store":
@@ -116,23 +126,23 @@ async def _child(name: str, backend: str, runs: int, verified: int, batch: int) 
     batches of ``batch``), then the check of the last ``verified`` of them (raw checks its whole
     table in one query)."""
     with tempfile.TemporaryDirectory(prefix="tether-instr-") as tmp:
-        contender = await _contender(name, backend, Path(tmp))
-        await contender.open("counted")
+        counted = await contender(name, backend, Path(tmp))
+        await counted.open("counted")
         try:
             # The warm-up runs first: both counts include them, so they cancel out.
             ids = [f"run-{i}" for i in range(runs)]
-            if contender.batched:
-                await contender.batch([f"warm-{i}" for i in range(batch)])
+            if counted.batched:
+                await counted.batch([f"warm-{i}" for i in range(batch)])
                 for first in range(0, runs, batch):
-                    await contender.batch(ids[first : first + batch])
+                    await counted.batch(ids[first : first + batch])
             else:
                 for i in range(WARMUP):
-                    await contender.one(f"warm-{i}")
+                    await counted.one(f"warm-{i}")
                 for run_id in ids:
-                    await contender.one(run_id)
-            await contender.verify(ids if name == "raw" else ids[len(ids) - verified :])
+                    await counted.one(run_id)
+            await counted.verify(ids if name == "raw" else ids[len(ids) - verified :])
         finally:
-            await contender.close()
+            await counted.close()
 
 
 def _child_command(name: str, backend: str, runs: int, verified: int, batch: int) -> list[str]:
@@ -145,13 +155,14 @@ def _child_command(name: str, backend: str, runs: int, verified: int, batch: int
 def _count(name: str, backend: str, runs: int, verified: int, batch: int, tree: Path | None = None) -> int:
     """Instructions of one child doing the warm-up and ``runs`` runs of ``name`` on ``backend``,
     checking ``verified``; with ``tree``, the child is that tree's benchmark, run in it."""
+    return callgrind_count(_child_command(name, backend, runs, verified, batch), name, tree)
+
+
+def callgrind_count(command: list[str], what: str, tree: Path | None = None) -> int:
+    """Instructions of ``command`` (a Python child, every thread) under ``valgrind --tool=callgrind``;
+    with ``tree``, run in that tree with it on ``PYTHONPATH``."""
     result = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            *_child_command(name, backend, runs, verified, batch),
-        ],
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -161,7 +172,7 @@ def _count(name: str, backend: str, runs: int, verified: int, batch: int, tree: 
     )
     found = _COLLECTED.search(result.stderr)
     if result.returncode != 0 or found is None:
-        raise RuntimeError(f"{name} under callgrind failed ({result.returncode}):\n{result.stderr[-2000:]}")
+        raise RuntimeError(f"{what} under callgrind failed ({result.returncode}):\n{result.stderr[-2000:]}")
     return int(found.group(1))
 
 
