@@ -2,6 +2,8 @@
 
 PostgreSQL: ``postgresql://postgres@127.0.0.1:5432/test`` unless ``TETHER_PG_DSN`` says otherwise.
 When it is unreachable the PostgreSQL tests skip, or FAIL when ``REQUIRE_POSTGRES=1`` (as in CI).
+The suite's connections skip asyncpg's SSL probe unless ``PGSSLMODE`` says otherwise (see
+:data:`SSL_MODE`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+#: ``PGSSLMODE`` for the suite and the processes it starts (the test server has no SSL). With
+#: asyncpg's default ``sslmode=prefer`` every connect first asks the server for SSL; a connect cut
+#: short just as its socket opens (a timeout, a store closed meanwhile) then leaves asyncpg's probe
+#: a future with an error nobody reads ("unexpected connection_lost() call"), which the test runner
+#: reports as a failure of whatever test is running. ``tests/test_suite_rules.py`` shows both.
+SSL_MODE = os.environ.setdefault("PGSSLMODE", "disable")
 
 
 @pytest.fixture

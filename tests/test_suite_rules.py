@@ -4,13 +4,18 @@ PostgreSQL test skips without the server (or fails when ``REQUIRE_POSTGRES=1``) 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
+from conftest import SSL_MODE, PgSchema
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -90,3 +95,41 @@ def test_a_postgres_test_without_the_fixture_is_refused(pytester: pytest.Pyteste
     )
     done = pytester.runpytest_subprocess("--collect-only", "-q", "-m", "not postgres")
     assert done.ret == pytest.ExitCode.NO_TESTS_COLLECTED, done.stdout.str()
+
+
+def _unread_errors_of_cut_connects(dsn: str, *, stop_at_first: bool) -> list[str]:
+    """Start ``asyncpg.connect(dsn)`` and cancel it 0 to 29 loop turns later, three times over, on
+    a loop of its own; the errors the loop was handed meanwhile (futures whose error nobody read)."""
+    errors: list[str] = []
+
+    async def cut_connects() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: errors.append(repr(context.get("exception"))))
+        for attempt in range(90):
+            connect = loop.create_task(asyncpg.connect(dsn, timeout=10))
+            for _ in range(attempt % 30):
+                await asyncio.sleep(0)
+            connect.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                conn = await connect
+                await conn.close()
+            await asyncio.sleep(0)
+            gc.collect()  # an unread error is reported when its future is collected
+            if errors and stop_at_first:
+                return
+
+    asyncio.run(cut_connects())
+    return errors
+
+
+def test_the_suites_connections_skip_the_ssl_probe_whose_cut_connects_leave_unread_errors(
+    pg_schema: PgSchema,
+) -> None:
+    """Why ``conftest.SSL_MODE`` is there: with asyncpg's default ``sslmode=prefer``, connects cut
+    short at the wrong turn leave an error nobody reads (which fails whatever test is running);
+    with the suite's ``PGSSLMODE``, none does."""
+    assert os.environ["PGSSLMODE"] == SSL_MODE == "disable"
+    assert _unread_errors_of_cut_connects(pg_schema.dsn, stop_at_first=False) == []
+    probing = pg_schema.dsn + ("&" if "?" in pg_schema.dsn else "?") + "sslmode=prefer"
+    unread = _unread_errors_of_cut_connects(probing, stop_at_first=True)
+    assert unread and "unexpected connection_lost() call" in unread[0], unread

@@ -56,14 +56,6 @@ def _agent(ledger: list[tuple[str, str]]) -> Agent:
     return Agent("dropped", FunctionModel(model), tools=[process])
 
 
-def _plain(dsn: str) -> str:
-    """The DSN without the SSL probe (the test server has no SSL). With asyncpg's default
-    ``sslmode=prefer``, a connection terminated during that probe, in a connect that a pool's
-    timeout gave up on, leaves a future with an error nobody reads, which the test runner turns
-    into a failure of whatever test is running; that is asyncpg's, not a fault of the store."""
-    return dsn + ("&" if "?" in dsn else "?") + "sslmode=disable"
-
-
 async def _kill_pool_connections(store: PostgresStore, dsn: str, stop: anyio.Event) -> int:
     """Terminate one of the store's pool connections every few ms until ``stop``; how many."""
     killed = 0
@@ -90,7 +82,7 @@ async def test_runs_ride_out_terminated_pool_connections(
     runner = _agent(ledger)
     stop = anyio.Event()
     killed = 0
-    store = PostgresStore(_plain(pg_schema.dsn), schema=pg_schema.schema, max_size=6)
+    store = PostgresStore(pg_schema.dsn, schema=pg_schema.schema, max_size=6)
     async with store, ActorSystem(store, runners=[runner], store_outage_grace=LIMIT) as system:
 
         async def killer() -> None:
@@ -141,7 +133,7 @@ async def test_serve_rides_out_every_connection_of_its_store_terminated(
     caplog.set_level(logging.WARNING, logger="tether")
     ledger: list[tuple[str, str]] = []
     runner = _agent(ledger)
-    store = PostgresStore(_plain(pg_schema.dsn), schema=pg_schema.schema)
+    store = PostgresStore(pg_schema.dsn, schema=pg_schema.schema)
     async with store, ActorSystem(store, runners=[runner]) as system:
         ids = [await system.enqueue(runner, f"o{i}", execution_id=f"run-{i}") for i in range(RUNS)]
         conn = await asyncpg.connect(pg_schema.dsn)
