@@ -24,9 +24,9 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import ROOT
-from benchmarks.step_path import WARMUP, Tether
+from benchmarks.step_path import WARMUP, Contender, Tether
 
-__all__ = ["group_of", "main", "profile_runs"]
+__all__ = ["group_of", "main", "profile_runs", "profiled"]
 
 
 def group_of(filename: str) -> str:
@@ -54,19 +54,25 @@ async def _profiled(runs: int) -> pstats.Stats:
         contender = Tether("sqlite", Path(tmp))
         await contender.open("calls")
         try:
-            for i in range(WARMUP):
-                await contender.one(f"warm-{i}")
-            ids = [f"run-{i}" for i in range(runs)]
-            profile = cProfile.Profile()
-            profile.enable()
-            try:
-                for run_id in ids:
-                    await contender.one(run_id)
-            finally:
-                profile.disable()
-            await contender.verify(ids)
+            return await profiled(contender, runs)
         finally:
             await contender.close()
+
+
+async def profiled(contender: Contender, runs: int) -> pstats.Stats:
+    """``contender``'s (opened) warm-up, then ``runs`` runs one after another under cProfile, then
+    the check of those runs; the profile."""
+    for i in range(WARMUP):
+        await contender.one(f"warm-{i}")
+    ids = [f"run-{i}" for i in range(runs)]
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        for run_id in ids:
+            await contender.one(run_id)
+    finally:
+        profile.disable()
+    await contender.verify(ids)
     return pstats.Stats(profile)
 
 

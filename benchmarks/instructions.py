@@ -64,6 +64,7 @@ from stores import Checkpoint, PostgresStore, Store
 __all__ = [
     "BACKENDS",
     "CONTENDERS",
+    "LABELS",
     "against",
     "against_cpu",
     "callgrind_count",
@@ -81,7 +82,7 @@ RUNS = 100
 BATCH = 64
 BACKENDS = ("sqlite", "postgres")
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
-_LABELS = {
+LABELS = {
     "sqlite": "SQLite (WAL, synchronous=FULL)",
     "postgres": "PostgreSQL (synchronous_commit=on), the client process only (the server is not counted)",
 }
@@ -249,7 +250,7 @@ def _compile(tree: Path | None) -> None:
 
 
 def report(counts: dict[str, float], runs: int, backend: str = "sqlite") -> None:
-    print(f"instructions per run under callgrind, {_LABELS[backend]}: {runs} runs one after another")
+    print(f"instructions per run under callgrind, {LABELS[backend]}: {runs} runs one after another")
     header = f"{'contender':<10}{'instructions/run':>18}{'x raw':>8}"
     print(header)
     print("-" * len(header))
@@ -269,7 +270,7 @@ def report(counts: dict[str, float], runs: int, backend: str = "sqlite") -> None
 
 def report_spawns(counts: dict[str, float], runs: int, batch: int, backend: str = "sqlite") -> None:
     print(
-        f"instructions per tether run under callgrind, {_LABELS[backend]}: {runs} runs in batches of {batch}"
+        f"instructions per tether run under callgrind, {LABELS[backend]}: {runs} runs in batches of {batch}"
     )
     header = f"{'contender':<16}{'instructions/run':>18}"
     print(header)
@@ -324,14 +325,12 @@ def report_against(
     if rounds:
         what, figure = "process CPU (user + system, ms)", "{:>14,.3f}"
         print(
-            f"process CPU per tether run, medians of {rounds} rounds, {_LABELS[backend]}: this tree against {revision}"
+            f"process CPU per tether run, medians of {rounds} rounds, {LABELS[backend]}: this tree against {revision}"
         )
         counts = {mode: (ours * 1000, theirs * 1000) for mode, (ours, theirs) in counts.items()}
     else:
         what, figure = "instructions", "{:>14,.0f}"
-        print(
-            f"instructions per tether run under callgrind, {_LABELS[backend]}: this tree against {revision}"
-        )
+        print(f"instructions per tether run under callgrind, {LABELS[backend]}: this tree against {revision}")
     header = f"{'mode':<20}{'this tree':>14}{revision[:12]:>14}{'ratio':>8}"
     print(header)
     print("-" * len(header))

@@ -1,6 +1,6 @@
 """What the machinery a run is built from costs: instructions of one unit each, units per run.
 
-    python -m benchmarks.machinery [--units 2000] [--runs 200] [--tiny]
+    python -m benchmarks.machinery [--units 2000] [--runs 200] [--backend sqlite|postgres] [--tiny]
 
 A run is an actor with its own task and mailbox; its waits are bounded and its clean-up shielded
 with anyio's cancel scopes (which is what lets it run on trio too); a row's commit is a hop to the
@@ -21,7 +21,8 @@ machinery on asyncio, apart from what the framework does with it:
 
 - **units per run**, counted under :mod:`cProfile` (calls do not depend on the machine) over
   ``--runs`` runs one after another of :mod:`benchmarks.instructions`' store and tether contenders on
-  SQLite: loop turns (``_run_once``), tasks (``create_task``), anyio cancel scopes (their
+  SQLite or, with ``--backend postgres``, PostgreSQL (whose writes are round trips on the loop's
+  own sockets, no thread hops): loop turns (``_run_once``), tasks (``create_task``), anyio cancel scopes (their
   ``__init__``), timers (``call_at``) and hops (the loop's wake-ups by another thread).
 
 It prints each unit's instructions, its count per store and per tether run, and what the units
@@ -36,8 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import asyncio.selector_events
-import cProfile
-import pstats
 import queue
 import shutil
 import sys
@@ -49,8 +48,8 @@ from types import CodeType
 
 import anyio
 
-from benchmarks.instructions import callgrind_count, contender
-from benchmarks.step_path import WARMUP
+from benchmarks.calls import profiled
+from benchmarks.instructions import BACKENDS, LABELS, callgrind_count, contender
 
 __all__ = ["UNITS", "main", "unit_instructions", "units_per_run"]
 
@@ -153,45 +152,39 @@ def _watched() -> dict[str, CodeType]:
     }
 
 
-async def _profiled(name: str, runs: int) -> dict[str, float]:
+async def _profiled(name: str, runs: int, backend: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="tether-machinery-") as tmp:
-        counted = await contender(name, "sqlite", Path(tmp))
+        counted = await contender(name, backend, Path(tmp))
         await counted.open("machinery")
         try:
-            for i in range(WARMUP):
-                await counted.one(f"warm-{i}")
-            ids = [f"run-{i}" for i in range(runs)]
-            profile = cProfile.Profile()
-            profile.enable()
-            try:
-                for run_id in ids:
-                    await counted.one(run_id)
-            finally:
-                profile.disable()
-            await counted.verify(ids)
+            profile = await profiled(counted, runs)
         finally:
             await counted.close()
-        stats: dict[tuple[str, int, str], tuple[int, ...]] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-        counts = {}
-        for unit, code in _watched().items():
-            found = stats.get((code.co_filename, code.co_firstlineno, code.co_name))
-            counts[unit] = (found[1] if found else 0) / runs
-        return counts
+    stats: dict[tuple[str, int, str], tuple[int, ...]] = profile.stats  # type: ignore[attr-defined]
+    counts = {}
+    for unit, code in _watched().items():
+        found = stats.get((code.co_filename, code.co_firstlineno, code.co_name))
+        counts[unit] = (found[1] if found else 0) / runs
+    return counts
 
 
-def units_per_run(runs: int) -> dict[str, dict[str, float]]:
+def units_per_run(runs: int, backend: str = "sqlite") -> dict[str, dict[str, float]]:
     """Per contender (``store``, ``tether``), each unit's calls per run over ``runs`` runs."""
-    return {name: asyncio.run(_profiled(name, runs)) for name in ("store", "tether")}
+    return {name: asyncio.run(_profiled(name, runs, backend)) for name in ("store", "tether")}
 
 
 def report(
-    instructions: dict[str, float] | None, counts: dict[str, dict[str, float]], passes: int, runs: int
+    instructions: dict[str, float] | None,
+    counts: dict[str, dict[str, float]],
+    passes: int,
+    runs: int,
+    backend: str = "sqlite",
 ) -> None:
     """Print the table; ``instructions`` ``None``: units not counted (``--tiny``)."""
     where = "not counted (--tiny)" if instructions is None else f"callgrind, {passes} and {2 * passes} passes"
     print(
         f"a run's machinery on asyncio: instructions per unit ({where}); units per run under cProfile, "
-        f"SQLite (WAL, synchronous=FULL): {runs} runs one after another"
+        f"{LABELS[backend]}: {runs} runs one after another"
     )
     header = f"{'unit':<30}{'instr/unit':>12}{'store/run':>11}{'tether/run':>12}{'tether-store':>14}{'instr/run':>12}"
     print(header)
@@ -218,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=2000, help="passes of each unit per child")
     parser.add_argument("--runs", type=int, default=200, help="profiled runs per contender")
+    parser.add_argument("--backend", choices=BACKENDS, default="sqlite", help="the store of the runs")
     parser.add_argument("--tiny", action="store_true", help="a fast smoke size for CI (no valgrind)")
     parser.add_argument("--child", choices=_CHILDREN, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -227,11 +221,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.tiny:
         for unit in _CHILDREN:
             asyncio.run(_child(unit, 10))
-        report(None, units_per_run(5), 10, 5)
+        report(None, units_per_run(5, args.backend), 10, 5, args.backend)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("benchmarks.machinery needs valgrind on PATH (Debian: apt-get install valgrind)")
-    report(unit_instructions(args.units), units_per_run(args.runs), args.units, args.runs)
+    counts = units_per_run(args.runs, args.backend)
+    report(unit_instructions(args.units), counts, args.units, args.runs, args.backend)
 
 
 if __name__ == "__main__":

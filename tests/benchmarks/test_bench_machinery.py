@@ -7,6 +7,7 @@ import contextlib
 import io
 import re
 
+import pytest
 from conftest import run_benchmark
 
 
@@ -47,3 +48,13 @@ def test_machinery_report_prices_the_units_tether_adds() -> None:
     assert _row(out, "thread hop (beyond its turn)")[-1] == "0", out
     total = 120_000 + 2 * 5_000 + 9 * 18_000 + 2 * 17_000
     assert f"the units tether uses beyond the store: {total:,} instructions per run" in out, out
+
+
+@pytest.mark.postgres
+def test_machinery_benchmark_tiny_postgres(pg_schema: object) -> None:
+    """On PostgreSQL a write is a round trip on the loop's own socket: no thread hop."""
+    out = run_benchmark("machinery", "--tiny", "--backend", "postgres", timeout=300)
+    assert "PostgreSQL (synchronous_commit=on)" in out.splitlines()[0], out
+    assert _row(out, "task (beyond its 2 turns)")[1:3] == ["0.0", "2.0"], out
+    assert _row(out, "thread hop (beyond its turn)")[1:3] == ["0.0", "0.0"], out
+    assert out.rstrip().endswith("every run of both contenders holds its 4 rows in order"), out
