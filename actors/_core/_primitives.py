@@ -168,6 +168,9 @@ class LoopTasks:
         self._failed = failed
         #: The tasks started and not yet ended, each with its cancel scope.
         self.live: dict[asyncio.Task[None], anyio.CancelScope] = {}
+        # Looked up here, in a task: :meth:`start` may then be called from a plain callback of the
+        # loop, where anyio cannot tell the backend to make the first scope.
+        _asyncio_scope_class()
 
     def start(self, coro: Coroutine[Any, Any, object]) -> None:
         scope = (_asyncio_scope or _asyncio_scope_class())()

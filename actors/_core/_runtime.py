@@ -53,8 +53,8 @@ class ActorRuntime:
         self.escalations: list[RestartIntensityExceeded] = []
         self.shutdown_timeout = shutdown_timeout
         self._tg: TaskGroup | None = None
-        #: Where the actors' tasks run on asyncio (else in ``_tg``).
-        self._actor_tasks: LoopTasks | None = None
+        #: Where the actors' tasks and the background tasks run on asyncio (else in ``_tg``).
+        self._loop_tasks: LoopTasks | None = None
         self._cells: set[Cell] = set()
         self._idle: set[Cell] = set()
         self._sweeper: anyio.CancelScope | None = None
@@ -77,7 +77,7 @@ class ActorRuntime:
         self._tg = tg
         loop = running_asyncio_loop()
         if loop is not None:
-            self._actor_tasks = LoopTasks(loop, failed=self._actor_task_failed)
+            self._loop_tasks = LoopTasks(loop, failed=self._actor_task_failed)
         self.deadlines.attach(tg)
         return self
 
@@ -89,7 +89,7 @@ class ActorRuntime:
     ) -> bool | None:
         tg = self._tg
         assert tg is not None, "the runtime was not entered"
-        tasks = self._actor_tasks
+        tasks = self._loop_tasks
         if (
             tasks is not None
             and exc_type is not None
@@ -125,10 +125,16 @@ class ActorRuntime:
 
     def background(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> bool:
         """Run ``fn()`` as a task of the runtime until it stops (cancelled then); ``False`` when
-        the runtime is not open."""
+        the runtime is not open. It may be called from a plain callback of the loop (a timer's),
+        where anyio's task group cannot tell which backend runs unless anyio started the loop: on
+        asyncio the task is a plain task of the loop, as an actor's is."""
         if self._tg is None or self._closing:
             return False
-        self._tg.start_soon(fn)
+        tasks = self._loop_tasks
+        if tasks is not None:
+            tasks.start(fn())
+        else:
+            self._tg.start_soon(fn)
         return True
 
     def _actor_task_failed(self, error: Exception) -> None:
@@ -191,7 +197,7 @@ class ActorRuntime:
         self._cells.add(cell)
         if spec.idle_timeout is not None:
             self._watch_idle(cell, spec.idle_timeout)
-        tasks = self._actor_tasks
+        tasks = self._loop_tasks
         if tasks is not None:
             tasks.start(cell.run())
         else:

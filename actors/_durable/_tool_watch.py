@@ -113,8 +113,11 @@ class ToolWatch:
             self._running = self._start(self._delay)
 
     def _watched(self, call: _Call) -> None:
-        """``call`` has run for :data:`CANCEL_WATCH` seconds: a task watches its run's rows."""
-        call.looking = anyio.CancelScope()
+        """``call`` has run for :data:`CANCEL_WATCH` seconds: a task watches its run's rows.
+
+        On asyncio this runs as a callback of the loop's timer, where ``anyio.CancelScope()`` cannot
+        tell the backend unless the loop was started by anyio: :func:`cancel_scope` asks the loop."""
+        call.looking = cancel_scope()
         self._start(functools.partial(self._look, call))
 
     async def _delay(self) -> None:

@@ -9,6 +9,7 @@ on both backends.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anyio
@@ -125,3 +126,45 @@ async def test_a_long_tool_call_is_stopped_by_a_cancel_elsewhere_while_short_cal
     assert stopped == ["long"]
     assert took < 2.0, f"the cancel reached the long call after {took:.2f} s"
     assert [(r.step_type, r.status) for r in rows if r.step_type == RUN_END] == [(RUN_END, FAILED)]
+
+
+def test_a_cancel_elsewhere_stops_a_long_tool_call_on_a_loop_anyio_did_not_start(
+    store_backend: Backend,
+) -> None:
+    """Under a plain ``asyncio.run`` (where neither ``anyio.run`` nor the test runner has told anyio
+    which backend runs), a long call's watch starts from a timer of the loop, a plain callback: the
+    cancel from another store still stops the call, and the loop is handed no error."""
+    errors: list[dict[str, object]] = []
+    stopped: list[str] = []
+
+    @tool
+    async def work(item: str) -> str:
+        """Wait until cancelled."""
+        try:
+            await asyncio.sleep(LIMIT)
+        except asyncio.CancelledError:
+            stopped.append(item)
+            raise
+        return f"worked on {item}"
+
+    agent = one_tool_agent("plain", work)
+
+    async def main() -> float:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+        async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as owner:
+            long_run = await owner.spawn(agent, "long", execution_id="long")
+            await asyncio.sleep(0.1)  # the call is in its sleep (the run's rows show it below)
+            async with store_backend.open() as other_store, ActorSystem(other_store) as other:
+                cancelled_at = time.monotonic()
+                assert (await other.cancel("long", reason="operator")).status == "failed"
+            with pytest.raises(Exception):  # noqa: B017 (the owner stops; which refusal is not the point)
+                await long_run.result(timeout=LIMIT)
+            took = time.monotonic() - cancelled_at
+            rows = await owner.history("long")
+        assert [row.node_id for row in rows][:2] == ["turn:0", "turn:0/tool:work"], rows
+        return took
+
+    took = asyncio.run(main())
+    assert errors == []
+    assert stopped == ["long"]
+    assert took < 2.0, f"the cancel reached the long call after {took:.2f} s"
