@@ -28,13 +28,21 @@ def test_readme_has_python_snippets() -> None:
 
 
 def on_loop(snippet: str, loop: str) -> str:
-    """The snippet with every ``anyio.run(main)`` of it on ``loop``."""
+    """The snippet with every ``anyio.run(main)`` of it on ``loop``: ``trio``, or ``asyncio.run``
+    (a loop anyio did not start, as an application's own ``asyncio.run`` or a web server's is)."""
     if loop == "asyncio":
         return snippet
     runs = len(re.findall(r"anyio\.run\(", snippet))
-    changed, made = re.subn(r"anyio\.run\((\w+)\)", rf'anyio.run(\1, backend="{loop}")', snippet)
+    if loop == "asyncio.run":
+        changed, made = re.subn(r"anyio\.run\((\w+)\)", r"__import__('asyncio').run(\1())", snippet)
+    else:
+        changed, made = re.subn(r"anyio\.run\((\w+)\)", rf'anyio.run(\1, backend="{loop}")', snippet)
     assert made == runs >= 1, "every anyio.run of a README snippet takes one argument"
     return changed
+
+
+#: What the loop's exception handler writes when a callback or a task's error went unhandled.
+UNHANDLED = ("Exception in callback", "exception was never retrieved", "Task exception was never retrieved")
 
 
 def run_snippet(snippet: str, cwd: Path) -> str:
@@ -46,13 +54,16 @@ def run_snippet(snippet: str, cwd: Path) -> str:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip(), "the snippet printed nothing"
+    assert not [text for text in UNHANDLED if text in done.stderr + done.stdout], done.stderr
     return done.stdout
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+@pytest.mark.parametrize("loop", ["asyncio", "trio", "asyncio.run"])
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
 def test_snippet_runs(index: int, loop: str, tmp_path: Path) -> None:
-    """Every example runs as written, and with each ``anyio.run`` of it on trio."""
+    """Every example runs as written, with each ``anyio.run`` of it on trio, and under a plain
+    ``asyncio.run`` (where anyio learns the backend from the running task, none in a loop's
+    callback); no example leaves an error to the loop's exception handler."""
     run_snippet(on_loop(SNIPPETS[index], loop), tmp_path)
 
 
