@@ -16,7 +16,7 @@ import anyio
 import pytest
 from conftest import Backend
 
-from actors import ActorSystem, Agent, tool
+from actors import ActorSystem, Agent, RunRef, tool
 from actors.lowlevel import tool_watch_module
 from actors.models import FunctionModel, Message, ModelReply, ToolCall
 from stores import FAILED, RUN_END
@@ -33,6 +33,17 @@ def one_tool_agent(name: str, work: object, model: object = None) -> Agent:
         return ModelReply(tool_calls=[ToolCall("work", {"item": str(messages[-1].content)})])
 
     return Agent(name, FunctionModel(model or answer), tools=[work])
+
+
+async def cancel_elsewhere(store_backend: Backend, long_run: RunRef) -> float:
+    """Cancel ``long_run`` through another store of its database (standing for another process);
+    the seconds until its owner stopped it."""
+    async with store_backend.open() as other_store, ActorSystem(other_store) as other:
+        cancelled_at = time.monotonic()
+        assert (await other.cancel(long_run.execution_id, reason="operator")).status == "failed"
+    with pytest.raises(Exception):  # noqa: B017 (the owner stops; which refusal is not the point)
+        await long_run.result(timeout=LIMIT)
+    return time.monotonic() - cancelled_at
 
 
 class Gate:
@@ -116,12 +127,7 @@ async def test_a_long_tool_call_is_stopped_by_a_cancel_elsewhere_while_short_cal
                 ref = await owner.spawn(agent, "short", execution_id=f"short-{short}")
                 assert (await ref.result(timeout=LIMIT)).status == "completed"
                 short += 1
-            async with store_backend.open() as other_store, ActorSystem(other_store) as other:
-                cancelled_at = time.monotonic()
-                assert (await other.cancel("long", reason="operator")).status == "failed"
-            with pytest.raises(Exception):  # noqa: B017 (the owner stops; which refusal is not the point)
-                await long_run.result(timeout=LIMIT)
-            took = time.monotonic() - cancelled_at
+            took = await cancel_elsewhere(store_backend, long_run)
         rows = await owner.history("long")
     assert stopped == ["long"]
     assert took < 2.0, f"the cancel reached the long call after {took:.2f} s"
@@ -154,12 +160,7 @@ def test_a_cancel_elsewhere_stops_a_long_tool_call_on_a_loop_anyio_did_not_start
         async with store_backend.open() as store, ActorSystem(store, runners=[agent]) as owner:
             long_run = await owner.spawn(agent, "long", execution_id="long")
             await asyncio.sleep(0.1)  # the call is in its sleep (the run's rows show it below)
-            async with store_backend.open() as other_store, ActorSystem(other_store) as other:
-                cancelled_at = time.monotonic()
-                assert (await other.cancel("long", reason="operator")).status == "failed"
-            with pytest.raises(Exception):  # noqa: B017 (the owner stops; which refusal is not the point)
-                await long_run.result(timeout=LIMIT)
-            took = time.monotonic() - cancelled_at
+            took = await cancel_elsewhere(store_backend, long_run)
             rows = await owner.history("long")
         assert [row.node_id for row in rows][:2] == ["turn:0", "turn:0/tool:work"], rows
         return took
