@@ -42,7 +42,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
 
@@ -134,21 +133,17 @@ def unit_instructions(passes: int) -> dict[str, float]:
     }
 
 
-def _watched() -> dict[str, CodeType]:
+def _counted_code() -> dict[str, CodeType]:
     """The code whose calls count a unit (call on an asyncio loop: anyio's scope class is its own)."""
     loop_class = asyncio.BaseEventLoop
-
-    def code(function: Callable[..., object]) -> CodeType:
-        return function.__code__
-
     return {
-        "turn": code(loop_class._run_once),  # type: ignore[attr-defined]
-        "task": code(loop_class.create_task),
-        "scope": code(type(anyio.CancelScope()).__init__),
-        "deadline": code(loop_class.call_at),
+        "turn": loop_class._run_once.__code__,  # type: ignore[attr-defined]
+        "task": loop_class.create_task.__code__,
+        "scope": type(anyio.CancelScope()).__init__.__code__,
+        "deadline": loop_class.call_at.__code__,
         # A hop's answer comes from another thread, which cProfile does not see: counted by the
         # loop's wake-ups through its self-pipe, one per answer when runs go one after another.
-        "hop": code(asyncio.selector_events.BaseSelectorEventLoop._read_from_self),  # type: ignore[attr-defined]
+        "hop": asyncio.selector_events.BaseSelectorEventLoop._read_from_self.__code__,  # type: ignore[attr-defined]
     }
 
 
@@ -162,7 +157,7 @@ async def _profiled(name: str, runs: int, backend: str) -> dict[str, float]:
             await counted.close()
     stats: dict[tuple[str, int, str], tuple[int, ...]] = profile.stats  # type: ignore[attr-defined]
     counts = {}
-    for unit, code in _watched().items():
+    for unit, code in _counted_code().items():
         found = stats.get((code.co_filename, code.co_firstlineno, code.co_name))
         counts[unit] = (found[1] if found else 0) / runs
     return counts

@@ -33,7 +33,7 @@ DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 #: ``PGSSLMODE`` for the suite and the processes it starts (the test server has no SSL). With
 #: asyncpg's default ``sslmode=prefer`` every connect first asks the server for SSL; a connect cut
-#: short just as its socket opens (a timeout, a store closed meanwhile) then leaves asyncpg's probe
+#: short just as its socket opens (by a timeout or a cancel) then leaves asyncpg's probe
 #: a future with an error nobody reads ("unexpected connection_lost() call"), which the test runner
 #: reports as a failure of whatever test is running. ``tests/test_suite_rules.py`` shows both.
 SSL_MODE = os.environ.setdefault("PGSSLMODE", "disable")

@@ -42,7 +42,7 @@ def on_loop(snippet: str, loop: str) -> str:
 
 
 #: What the loop's exception handler writes when a callback or a task's error went unhandled.
-UNHANDLED = ("Exception in callback", "exception was never retrieved", "Task exception was never retrieved")
+UNHANDLED = ("Exception in callback", "exception was never retrieved")  # a future's or a task's
 
 
 def run_snippet(snippet: str, cwd: Path) -> str:
